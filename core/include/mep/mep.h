@@ -1,0 +1,262 @@
+/*
+ * mep.h - the public API of libmep, for programs that communicate with mep.
+ *
+ * Conventions (every function below follows them unless it says otherwise):
+ *  - Functions returning int return 0 (MEP_OK) on success and a negative
+ *    MEP_ERR_* code on failure. On failure mep_last_error() holds a sentence
+ *    naming what failed, where and why; it is thread-local and stays valid
+ *    until the next failing mep call on the same thread.
+ *  - Objects are created by X_create, X_start or X_load and released by the
+ *    matching X_destroy, X_stop or X_free. Releasing NULL is a no-op.
+ *  - Unless stated, an object may be used from several threads only if the
+ *    caller serialises the calls.
+ */
+#ifndef MEP_MEP_H
+#define MEP_MEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MEP_API __attribute__((visibility("default")))
+#define MEP_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MEP_API
+#define MEP_PRINTF(f, a)
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define MEP_VERSION_MAJOR 0
+#define MEP_VERSION_MINOR 1
+#define MEP_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+MEP_API const char *mep_version(void);
+
+/* ----------------------------------------------------------------- errors */
+
+enum {
+  MEP_OK = 0,
+  MEP_ERR_INVALID = -1,      /* bad argument or state */
+  MEP_ERR_NOMEM = -2,        /* out of memory */
+  MEP_ERR_SYSTEM = -3,       /* an operating-system call failed */
+  MEP_ERR_TIMEOUT = -4,      /* a deadline passed */
+  MEP_ERR_UNAVAILABLE = -5,  /* a transport cannot run here (no device...) */
+  MEP_ERR_NOT_FOUND = -6,    /* no such plugin, key, file or region */
+  MEP_ERR_ABI = -7,          /* a plugin built for another ABI */
+  MEP_ERR_CONFIG = -8,       /* malformed or contradictory configuration */
+  MEP_ERR_PEER_FAILED = -9,  /* the peer died or its connection broke */
+  MEP_ERR_UNREACHABLE = -10, /* no transport reaches the peer */
+  MEP_ERR_MISMATCH = -11,    /* ranks disagree on what they are doing */
+  MEP_ERR_PROTOCOL = -12,    /* malformed message on the wire */
+  MEP_ERR_BOUNDS = -13,      /* an access outside a registered region */
+  MEP_ERR_AUTH = -14,        /* a peer without the job's secret */
+  MEP_ERR_UNSUPPORTED = -15, /* valid but not supported (memory kind...) */
+  MEP_ERR_CLOSED = -16,      /* the object was shut down */
+};
+#define MEP_ERR_LAST MEP_ERR_CLOSED
+
+/* A constant name-and-meaning string for a MEP_* code ("MEP_ERR_TIMEOUT:
+ * timed out"); never NULL, also for unknown codes. Thread-safe. */
+MEP_API const char *mep_strerror(int code);
+
+/* The calling thread's message for its last failed mep call, or "" if none.
+ * The storage is thread-local and overwritten by the next failure. */
+MEP_API const char *mep_last_error(void);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum {
+  MEP_LOG_ERROR = 0,
+  MEP_LOG_WARN = 1,
+  MEP_LOG_INFO = 2,
+  MEP_LOG_DEBUG = 3,
+  MEP_LOG_TRACE = 4,
+} mep_log_level_t;
+
+/* The level in force: MEP_LOG (error|warn|info|debug|trace) read once at
+ * first use, else [core] log_level of the first communicator's config,
+ * else warn. Lines go to stderr, or to MEP_LOG_FILE when set, prefixed with
+ * "mep[rank] LEVEL". Thread-safe. */
+MEP_API mep_log_level_t mep_log_get_level(void);
+MEP_API void mep_log_set_level(mep_log_level_t level);
+
+/* Parses "error".."trace" (case-insensitive). Returns MEP_ERR_INVALID for
+ * anything else. */
+MEP_API int mep_log_parse_level(const char *name, mep_log_level_t *level);
+
+/* ----------------------------------------------------------------- config */
+
+typedef struct mep_config mep_config_t;
+
+/* Loads configuration: `path`, else $MEP_CONFIG, else built-in defaults
+ * only (path NULL and MEP_CONFIG unset is not an error). The INI file is
+ * parsed with inih; a malformed line is an error (MEP_ERR_CONFIG) naming
+ * file and line; an unknown section or key is logged as a warning naming
+ * file and line. MEP_<SECTION>_<KEY> environment variables override the
+ * file (section and key upper-cased, spaces and dashes as '_').
+ * On success *out is owned by the caller (mep_config_free). */
+MEP_API int mep_config_load(const char *path, mep_config_t **out);
+
+/* The value of `key` in `section` after environment overrides, or NULL
+ * when neither the file nor the environment sets it. The string lives as
+ * long as the config. Thread-safe for concurrent readers. */
+MEP_API const char *mep_config_get(const mep_config_t *cfg,
+                                   const char *section, const char *key);
+
+/* The documented default of a known key ("30000" for core/timeout_ms), or
+ * NULL for keys without one. */
+MEP_API const char *mep_config_default(const char *section, const char *key);
+
+/* The file the config came from, or NULL for built-in defaults. */
+MEP_API const char *mep_config_path(const mep_config_t *cfg);
+
+MEP_API void mep_config_free(mep_config_t *cfg);
+
+/* ------------------------------------------------------------------ store */
+
+/* A key/value rendezvous store. Callers may supply their own (the c10d and
+ * Python frontends wrap their stores); every callback returns 0 or a
+ * negative MEP_ERR_*. Callbacks must be safe to call from several threads.
+ *  set:   store `len` bytes under `key`, replacing any value.
+ *  get:   wait up to timeout_ms (-1: forever) for `key`; on success *val is
+ *         a malloc'ed copy the caller frees with free(). MEP_ERR_TIMEOUT.
+ *  add:   atomically add `delta` to the integer under `key` (absent = 0),
+ *         return the new value in *result.
+ *  check: *exists = 1 if `key` is set, else 0; never waits.
+ *  destroy: releases `ctx`; may be NULL. */
+typedef struct mep_store {
+  void *ctx;
+  int (*set)(void *ctx, const char *key, const void *val, size_t len);
+  int (*get)(void *ctx, const char *key, void **val, size_t *len,
+             int timeout_ms);
+  int (*add)(void *ctx, const char *key, int64_t delta, int64_t *result);
+  int (*check)(void *ctx, const char *key, int *exists);
+  void (*destroy)(void *ctx);
+} mep_store_t;
+
+typedef struct mep_store_server mep_store_server_t;
+
+/* Starts the built-in TCP store server on `host` (NULL: all interfaces) and
+ * `port` (0: an ephemeral port; see mep_store_server_port) in a background
+ * thread of this process. Other processes reach it with
+ * mep_store_tcp_connect. */
+MEP_API int mep_store_server_start(const char *host, int port,
+                                   mep_store_server_t **out);
+MEP_API int mep_store_server_port(const mep_store_server_t *srv);
+/* Stops the thread and closes every client connection. */
+MEP_API void mep_store_server_stop(mep_store_server_t *srv);
+
+/* Connects to a built-in TCP store at host:port, retrying refused
+ * connections until timeout_ms. The returned store is thread-safe and owned
+ * by the caller (mep_store_destroy). */
+MEP_API int mep_store_tcp_connect(const char *host, int port, int timeout_ms,
+                                  mep_store_t **out);
+
+/* Calls store->destroy (if any) and frees the struct when it was made by
+ * mep_store_tcp_connect. */
+MEP_API void mep_store_destroy(mep_store_t *store);
+
+/* ----------------------------------------------------------- communicator */
+
+typedef struct mep_comm mep_comm_t;
+
+typedef struct mep_comm_opts {
+  uint32_t struct_size;       /* sizeof(mep_comm_opts_t); for growth */
+  const mep_config_t *config; /* NULL: mep_config_load(NULL) internally */
+  const char *name;           /* store key namespace; NULL: "mep" */
+  int timeout_ms;             /* <= 0: [core] timeout_ms */
+} mep_comm_opts_t;
+
+/* Creates the communicator of `rank` in a group of `size` over `store`:
+ * rank 0 makes the job secret, every rank loads the allowed transports,
+ * publishes its addresses, picks a transport per peer (see docs/config.md,
+ * "Choosing a transport") and connects. Collective: every rank of the group
+ * calls it with the same `size` and name. The store must outlive the
+ * communicator. `opts` may be NULL.
+ * Errors: MEP_ERR_INVALID (rank/size), MEP_ERR_CONFIG, MEP_ERR_UNREACHABLE
+ * (naming the peer and each transport's reason), MEP_ERR_TIMEOUT,
+ * MEP_ERR_NOT_FOUND (a transport named explicitly that does not load). */
+MEP_API int mep_comm_create(mep_store_t *store, int rank, int size,
+                            const mep_comm_opts_t *opts, mep_comm_t **out);
+
+/* Closes connections, releases regions still registered and unloads
+ * transports. Not collective; safe after peers died. */
+MEP_API int mep_comm_destroy(mep_comm_t *comm);
+
+MEP_API int mep_comm_rank(const mep_comm_t *comm);
+MEP_API int mep_comm_size(const mep_comm_t *comm);
+
+/* The name of the transport used to reach `peer` ("self" for the own
+ * rank), or NULL for a bad peer. Static within the communicator. */
+MEP_API const char *mep_comm_route(const mep_comm_t *comm, int peer);
+
+/* ---------------------------------------------------------------- regions */
+
+typedef enum {
+  MEP_MEM_HOST = 0,
+  MEP_MEM_CUDA = 1,
+} mep_memkind_t;
+
+typedef struct mep_region mep_region_t;
+
+/* Registers [ptr, ptr+len) with every transport the communicator routes
+ * through and publishes its remote keys. Collective in order: every rank
+ * registers its regions in the same order, and the k-th region of one rank
+ * is the peer of the k-th region of every other rank (lengths may differ).
+ * `ptr` stays owned by the caller and must outlive the registration.
+ * MEP_ERR_UNSUPPORTED for a memory kind no routed transport handles. */
+MEP_API int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
+                                mep_memkind_t kind, mep_region_t **out);
+
+/* Deregisters. Peers' later writes to it are refused. */
+MEP_API int mep_region_deregister(mep_region_t *region);
+
+MEP_API void *mep_region_ptr(const mep_region_t *region);
+MEP_API size_t mep_region_len(const mep_region_t *region);
+
+/* ------------------------------------------------------ one-sided transfer */
+
+typedef enum {
+  MEP_SIGNAL_SET = 0, /* store the value */
+  MEP_SIGNAL_ADD = 1, /* atomically add the value */
+} mep_signal_op_t;
+
+/* Writes `len` bytes from src at src_off into `peer`'s instance of dst at
+ * dst_off. Returns once the write is queued; the source bytes must not
+ * change until mep_flush returns. Bounds are checked locally against both
+ * regions (MEP_ERR_BOUNDS) and again by the receiver. peer == own rank is a
+ * local copy. Thread-safe. MEP_ERR_PEER_FAILED if the peer is known dead,
+ * MEP_ERR_CLOSED if it destroyed its communicator. */
+MEP_API int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
+                    size_t src_off, const mep_region_t *dst, size_t dst_off,
+                    size_t len);
+
+/* Applies `op` with `value` to the 8-byte-aligned word at dst_off of the
+ * peer's instance of dst, after every earlier mep_put to that peer has
+ * landed there. Thread-safe. */
+MEP_API int mep_signal(mep_comm_t *comm, int peer, const mep_region_t *dst,
+                       size_t dst_off, uint64_t value, mep_signal_op_t op);
+
+/* Waits until every mep_put issued so far on this communicator has completed
+ * locally (its source may be reused), or timeout_ms passes (-1: the
+ * communicator's timeout). MEP_ERR_PEER_FAILED names the failed peer. */
+MEP_API int mep_flush(mep_comm_t *comm, int timeout_ms);
+
+/* Waits until the 8-byte-aligned word at `off` of the local region reaches
+ * at least `value` (signals are sequence numbers that only grow), or
+ * timeout_ms passes (-1: the communicator's timeout): MEP_ERR_TIMEOUT.
+ * Spins briefly, then yields, then sleeps, so idle waiters leave the CPU
+ * to others. Stores the word's last value in *seen when seen != NULL. */
+MEP_API int mep_wait(const mep_region_t *region, size_t off, uint64_t value,
+                     int timeout_ms, uint64_t *seen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEP_MEP_H */

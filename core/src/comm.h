@@ -1,0 +1,86 @@
+/* comm.h - the communicator's internals, shared by comm, region, rma and
+ * progress. */
+#ifndef MEP_SRC_COMM_H
+#define MEP_SRC_COMM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mep/mep.h"
+#include "mep/transport.h"
+#include "route.h"
+
+#define MEP_SECRET_LEN 32
+#define MEP_SELF_ROUTE (-1)
+
+/* One transport loaded for a communicator. */
+typedef struct mep__tp {
+  char *name;
+  mep_plugin_t *plugin;
+  const mep_transport_t *vt;
+  mep_tp_ctx_t *ctx;
+  mep_tp_env_t env;
+  mep_tp_props_t props;
+  int used; /* routes at least one peer */
+} mep__tp_t;
+
+typedef struct mep__peer {
+  int tp;              /* index into comm->tps, or MEP_SELF_ROUTE */
+  mep_tp_ep_t *ep;
+  _Atomic int failed;  /* 0, or the MEP_ERR_* that failed it */
+} mep__peer_t;
+
+typedef struct mep__progress mep__progress_t;
+
+struct mep_comm {
+  int rank, size;
+  mep_store_t *store;
+  char *ns;                 /* store key prefix */
+  mep_config_t *own_cfg;    /* loaded by us, freed with the comm */
+  const mep_config_t *cfg;
+  int timeout_ms;
+  uint8_t secret[MEP_SECRET_LEN];
+
+  mep__tp_t *tps;
+  int ntps;
+  mep__peer_t *peers;
+  mep__card_t card;         /* what this rank published */
+
+  pthread_mutex_t lock;     /* the region list and ids */
+  uint32_t next_region;
+  mep_region_t **regions;   /* still registered, for destroy */
+  size_t nregions;
+
+  /* Puts issued and completed, for mep_flush; the first failure seen. */
+  _Atomic uint64_t issued, completed;
+  _Atomic int first_error;
+  _Atomic int first_error_peer;
+
+  mep__progress_t *progress;
+};
+
+/* Marks `peer` failed with `code` (first failure wins) and logs it once. */
+void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
+                         const char *why);
+
+/* Deadline helpers: milliseconds on CLOCK_MONOTONIC. */
+uint64_t mep__now_ms(void);
+int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms);
+
+/* The progress engine (progress.c): one thread per communicator that
+ * polls every used transport and accounts completions. Waiters announce
+ * themselves so the thread stays awake while someone waits. */
+int mep__progress_start(mep_comm_t *comm);
+void mep__progress_stop(mep_comm_t *comm);
+void mep__progress_waiter_enter(mep_comm_t *comm);
+void mep__progress_waiter_leave(mep_comm_t *comm);
+
+/* Adaptive backoff for loops that wait on memory: spin, then yield, then
+ * sleep in growing steps up to a small bound. */
+typedef struct mep__backoff {
+  unsigned rounds;
+} mep__backoff_t;
+void mep__backoff(mep__backoff_t *b);
+
+#endif

@@ -1,0 +1,191 @@
+/* progress.c - the communicator's progress thread: polls every used
+ * transport, counts completions and records failures.
+ *
+ * Adaptive by default: it spins while completions keep coming or someone
+ * waits, yields and naps when that dries up, and with nobody waiting it
+ * sleeps on the transports' event fds (and its own wake-up eventfd), so
+ * idle ranks cost no CPU and busy ranks on few cores share them. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "config.h"
+#include "error.h"
+#include "log.h"
+
+enum { MODE_ADAPTIVE, MODE_SPIN, MODE_BLOCKING };
+
+struct mep__progress {
+  pthread_t thread;
+  int wake_fd;             /* eventfd: stop, or a waiter arrived */
+  _Atomic int stop;
+  _Atomic int waiters;
+  _Atomic int sleeping;
+  int mode;
+  struct pollfd *fds;      /* wake_fd, then transports' event fds */
+  int nfds;
+  int unpollable;          /* a used transport without an event fd */
+};
+
+static void handle(mep_comm_t *comm, const mep_tp_completion_t *c,
+                   const char *tp_name) {
+  if (c->token != MEP_TP_TOKEN_NONE) atomic_fetch_add(&comm->completed, 1);
+  if (c->status >= 0) return;
+  int expected = 0;
+  if (c->token != MEP_TP_TOKEN_NONE &&
+      atomic_compare_exchange_strong(&comm->first_error, &expected,
+                                     c->status))
+    atomic_store(&comm->first_error_peer, c->peer);
+  char why[128];
+  snprintf(why, sizeof why, "reported by %s", tp_name);
+  mep__comm_fail_peer(comm, c->peer, c->status, why);
+}
+
+/* One pass over the used transports; returns the completions seen. */
+static int poll_once(mep_comm_t *comm) {
+  mep_tp_completion_t comps[64];
+  int total = 0;
+  for (int i = 0; i < comm->ntps; i++) {
+    mep__tp_t *tp = &comm->tps[i];
+    if (!tp->used || !tp->ctx) continue;
+    int n = tp->vt->poll(tp->ctx, comps, 64);
+    if (n < 0) {
+      mep__error("transport %s: poll failed: %s", tp->name, mep_strerror(n));
+      continue;
+    }
+    for (int k = 0; k < n; k++) handle(comm, &comps[k], tp->name);
+    total += n;
+  }
+  return total;
+}
+
+static void drain_wake(mep__progress_t *pg) {
+  uint64_t v;
+  if (read(pg->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+    mep__debug("progress: wake fd read: %s", strerror(errno));
+}
+
+/* Sleeps until a transport has work, a waiter arrives or the timeout. */
+static void sleep_on_fds(mep__progress_t *pg, int timeout_ms) {
+  atomic_store(&pg->sleeping, 1);
+  if (!atomic_load(&pg->stop) && !atomic_load(&pg->waiters))
+    poll(pg->fds, (nfds_t)pg->nfds, timeout_ms);
+  atomic_store(&pg->sleeping, 0);
+  if (pg->fds[0].revents) drain_wake(pg);
+}
+
+static void nap(long us) {
+  struct timespec ts = {0, us * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void *run(void *arg) {
+  mep_comm_t *comm = arg;
+  mep__progress_t *pg = comm->progress;
+  unsigned idle = 0;
+  while (!atomic_load(&pg->stop)) {
+    if (poll_once(comm) > 0 || pg->mode == MODE_SPIN) {
+      idle = 0;
+      continue;
+    }
+    idle++;
+    int waiting = atomic_load(&pg->waiters) > 0;
+    if (pg->mode == MODE_BLOCKING && !waiting) {
+      sleep_on_fds(pg, pg->unpollable ? 1 : 100);
+    } else if (idle < 256) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else if (idle < 512 || (waiting && idle < 2048)) {
+      sched_yield();
+    } else if (waiting) {
+      nap(20);
+    } else {
+      sleep_on_fds(pg, pg->unpollable ? 1 : 100);
+    }
+  }
+  return NULL;
+}
+
+static int parse_mode(const mep_comm_t *comm, int *mode) {
+  const char *m = mep_config_get(comm->cfg, "core", "progress");
+  if (!m || strcmp(m, "adaptive") == 0) *mode = MODE_ADAPTIVE;
+  else if (strcmp(m, "spin") == 0) *mode = MODE_SPIN;
+  else if (strcmp(m, "blocking") == 0) *mode = MODE_BLOCKING;
+  else
+    return mep__err(MEP_ERR_CONFIG, "core.progress = '%s' (from %s) is not "
+                    "one of adaptive, spin, blocking", m,
+                    mep__config_origin(comm->cfg, "core", "progress"));
+  return MEP_OK;
+}
+
+static void free_progress(mep__progress_t *pg) {
+  if (pg->wake_fd >= 0) close(pg->wake_fd);
+  free(pg->fds);
+  free(pg);
+}
+
+int mep__progress_start(mep_comm_t *comm) {
+  mep__progress_t *pg = calloc(1, sizeof *pg);
+  if (!pg) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  pg->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  pg->fds = calloc((size_t)comm->ntps + 1, sizeof *pg->fds);
+  int rc = parse_mode(comm, &pg->mode);
+  if (rc == MEP_OK && (pg->wake_fd < 0 || !pg->fds))
+    rc = mep__err_errno(MEP_ERR_SYSTEM, errno, "progress: eventfd");
+  if (rc) {
+    free_progress(pg);
+    return rc;
+  }
+  pg->fds[pg->nfds++] = (struct pollfd){.fd = pg->wake_fd, .events = POLLIN};
+  for (int i = 0; i < comm->ntps; i++) {
+    if (!comm->tps[i].used) continue;
+    int fd = comm->tps[i].props.event_fd;
+    if (fd >= 0)
+      pg->fds[pg->nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    else
+      pg->unpollable = 1;
+  }
+  comm->progress = pg;
+  rc = pthread_create(&pg->thread, NULL, run, comm);
+  if (rc) {
+    comm->progress = NULL;
+    free_progress(pg);
+    return mep__err_errno(MEP_ERR_SYSTEM, rc, "progress: pthread_create");
+  }
+  return MEP_OK;
+}
+
+static void wake(mep__progress_t *pg) {
+  uint64_t one = 1;
+  if (write(pg->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+    mep__debug("progress: wake fd write: %s", strerror(errno));
+}
+
+void mep__progress_stop(mep_comm_t *comm) {
+  mep__progress_t *pg = comm->progress;
+  if (!pg) return;
+  atomic_store(&pg->stop, 1);
+  wake(pg);
+  pthread_join(pg->thread, NULL);
+  free_progress(pg);
+  comm->progress = NULL;
+}
+
+void mep__progress_waiter_enter(mep_comm_t *comm) {
+  mep__progress_t *pg = comm->progress;
+  if (!pg) return;
+  atomic_fetch_add(&pg->waiters, 1);
+  if (atomic_load(&pg->sleeping)) wake(pg);
+}
+
+void mep__progress_waiter_leave(mep_comm_t *comm) {
+  if (comm->progress) atomic_fetch_sub(&comm->progress->waiters, 1);
+}

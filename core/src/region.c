@@ -1,0 +1,191 @@
+/* region.c - registering memory with the routed transports, publishing its
+ * remote keys and importing peers' keys on first use. */
+#include "region.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "error.h"
+#include "log.h"
+
+static char *region_key(const mep_comm_t *comm, uint32_t id, int rank) {
+  size_t len = strlen(comm->ns) + 48;
+  char *k = malloc(len);
+  if (k) snprintf(k, len, "%s/region/%u/%d", comm->ns, id, rank);
+  return k;
+}
+
+static int track(mep_comm_t *comm, mep_region_t *r) {
+  mep_region_t **regions = realloc(
+      comm->regions, (comm->nregions + 1) * sizeof *comm->regions);
+  if (!regions) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  comm->regions = regions;
+  regions[comm->nregions++] = r;
+  return MEP_OK;
+}
+
+static void untrack(mep_comm_t *comm, mep_region_t *r) {
+  for (size_t i = 0; i < comm->nregions; i++) {
+    if (comm->regions[i] != r) continue;
+    comm->regions[i] = comm->regions[--comm->nregions];
+    return;
+  }
+}
+
+/* The published blob: length, kind, then per used transport its name and
+ * remote key. */
+static int register_all(mep_region_t *r, mep__wbuf_t *blob) {
+  mep_comm_t *comm = r->comm;
+  mep__wbuf_u64(blob, r->len);
+  mep__wbuf_u32(blob, (uint32_t)r->kind);
+  uint32_t used = 0;
+  for (int i = 0; i < comm->ntps; i++) used += comm->tps[i].used;
+  mep__wbuf_u32(blob, used);
+  for (int i = 0; i < comm->ntps; i++) {
+    mep__tp_t *tp = &comm->tps[i];
+    if (!tp->used) continue;
+    if (!(tp->props.mem_kinds & (1u << r->kind)))
+      return mep__err(MEP_ERR_UNSUPPORTED,
+                      "region: transport %s cannot carry %s memory", tp->name,
+                      r->kind == MEP_MEM_CUDA ? "CUDA" : "host");
+    uint8_t rkey[MEP_TP_MAX_RKEY];
+    size_t rlen = sizeof rkey;
+    mep__err_clear();
+    int rc = tp->vt->reg(tp->ctx, r->ptr, r->len, r->kind, &r->mrs[i], rkey,
+                         &rlen);
+    if (rc == MEP_OK && rlen > sizeof rkey)
+      rc = mep__err(MEP_ERR_PROTOCOL, "remote key of %zu bytes", rlen);
+    if (rc)
+      return mep__err_wrap(rc, "region of %zu bytes: register with %s",
+                           r->len, tp->name);
+    mep__wbuf_str(blob, tp->name);
+    mep__wbuf_bytes(blob, rkey, rlen);
+  }
+  return blob->oom ? mep__err(MEP_ERR_NOMEM, "out of memory") : MEP_OK;
+}
+
+int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
+                        mep_memkind_t kind, mep_region_t **out) {
+  if (!comm || !out || (!ptr && len))
+    return mep__err(MEP_ERR_INVALID, "mep_region_register: NULL argument");
+  if (kind != MEP_MEM_HOST && kind != MEP_MEM_CUDA)
+    return mep__err(MEP_ERR_INVALID, "mep_region_register: memory kind %d",
+                    (int)kind);
+  if (kind == MEP_MEM_CUDA)
+    return mep__err(MEP_ERR_UNSUPPORTED, "mep_region_register: CUDA memory "
+                    "is not supported by this build of libmep yet");
+  mep_region_t *r = calloc(1, sizeof *r);
+  if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  r->comm = comm;
+  r->ptr = ptr;
+  r->len = len;
+  r->kind = kind;
+  pthread_mutex_init(&r->lock, NULL);
+  r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
+  r->remote = calloc((size_t)comm->size, sizeof *r->remote);
+  pthread_mutex_lock(&comm->lock);
+  r->id = comm->next_region++;
+  int rc = r->mrs && r->remote ? track(comm, r)
+                               : mep__err(MEP_ERR_NOMEM, "out of memory");
+  pthread_mutex_unlock(&comm->lock);
+  mep__wbuf_t blob = {0};
+  if (rc == MEP_OK) rc = register_all(r, &blob);
+  char *k = rc ? NULL : region_key(comm, r->id, comm->rank);
+  if (rc == MEP_OK)
+    rc = k ? comm->store->set(comm->store->ctx, k, blob.data, blob.len)
+           : mep__err(MEP_ERR_NOMEM, "out of memory");
+  free(k);
+  mep__wbuf_free(&blob);
+  if (rc) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep_region_deregister(r);
+    return mep__err(rc, "%s", msg);
+  }
+  *out = r;
+  return MEP_OK;
+}
+
+int mep_region_deregister(mep_region_t *r) {
+  if (!r) return MEP_OK;
+  mep_comm_t *comm = r->comm;
+  pthread_mutex_lock(&comm->lock);
+  untrack(comm, r);
+  pthread_mutex_unlock(&comm->lock);
+  for (int p = 0; r->remote && p < comm->size; p++) {
+    mep__peer_t *peer = &comm->peers[p];
+    if (r->remote[p].rmr)
+      comm->tps[peer->tp].vt->unimport(peer->ep, r->remote[p].rmr);
+  }
+  for (int i = 0; r->mrs && i < comm->ntps; i++)
+    if (r->mrs[i]) comm->tps[i].vt->dereg(comm->tps[i].ctx, r->mrs[i]);
+  pthread_mutex_destroy(&r->lock);
+  free(r->mrs);
+  free(r->remote);
+  free(r);
+  return MEP_OK;
+}
+
+void *mep_region_ptr(const mep_region_t *r) { return r ? r->ptr : NULL; }
+size_t mep_region_len(const mep_region_t *r) { return r ? r->len : 0; }
+
+/* Finds the remote key for `tp_name` in a peer's published blob. */
+static int parse_blob(const void *val, size_t len, const char *tp_name,
+                      uint64_t *rlen, const void **rkey, size_t *rkey_len) {
+  mep__rbuf_t b = {.data = val, .len = len};
+  *rlen = mep__rbuf_u64(&b);
+  mep__rbuf_u32(&b); /* kind */
+  uint32_t n = mep__rbuf_u32(&b);
+  for (uint32_t i = 0; i < n && !b.bad; i++) {
+    size_t nlen;
+    const char *name = mep__rbuf_bytes(&b, &nlen);
+    const void *k = mep__rbuf_bytes(&b, rkey_len);
+    if (name && nlen == strlen(tp_name) && memcmp(name, tp_name, nlen) == 0) {
+      *rkey = k;
+      return b.bad ? MEP_ERR_PROTOCOL : MEP_OK;
+    }
+  }
+  return b.bad ? MEP_ERR_PROTOCOL : MEP_ERR_NOT_FOUND;
+}
+
+static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
+  mep_comm_t *comm = r->comm;
+  mep__tp_t *tp = &comm->tps[comm->peers[peer].tp];
+  char *k = region_key(comm, r->id, peer);
+  void *val = NULL;
+  size_t len = 0;
+  int rc = k ? comm->store->get(comm->store->ctx, k, &val, &len,
+                                comm->timeout_ms)
+             : mep__err(MEP_ERR_NOMEM, "out of memory");
+  if (rc)
+    mep__err_wrap(rc, "region %u: waiting %d ms for rank %d to register "
+                      "it (store key '%s')", r->id, comm->timeout_ms, peer, k);
+  const void *rkey = NULL;
+  size_t rkey_len = 0;
+  if (rc == MEP_OK) {
+    rc = parse_blob(val, len, tp->name, &rem->len, &rkey, &rkey_len);
+    if (rc)
+      mep__err(rc, "region %u of rank %d: %s", r->id, peer,
+               rc == MEP_ERR_NOT_FOUND ? "no key for its route's transport"
+                                       : "malformed key blob");
+  }
+  if (rc == MEP_OK) {
+    mep__err_clear();
+    rc = tp->vt->import(comm->peers[peer].ep, rkey, rkey_len, &rem->rmr);
+    if (rc) mep__err_wrap(rc, "region %u of rank %d: import", r->id, peer);
+  }
+  free(val);
+  free(k);
+  return rc;
+}
+
+int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out) {
+  mep__remote_t *rem = &r->remote[peer];
+  pthread_mutex_lock(&r->lock);
+  int rc = rem->rmr ? MEP_OK : import_remote(r, peer, rem);
+  pthread_mutex_unlock(&r->lock);
+  *out = rem;
+  return rc;
+}

@@ -1,0 +1,30 @@
+/* region.h - registered memory and its peers' instances. */
+#ifndef MEP_SRC_REGION_H
+#define MEP_SRC_REGION_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+typedef struct mep__remote {
+  mep_tp_rmr_t *rmr; /* imported through the peer's route, lazily */
+  uint64_t len;      /* the peer's length of this region */
+} mep__remote_t;
+
+struct mep_region {
+  mep_comm_t *comm;
+  uint32_t id;         /* equal on every rank for the k-th registration */
+  void *ptr;
+  size_t len;
+  mep_memkind_t kind;
+  mep_tp_mr_t **mrs;   /* per transport of the comm (NULL if unused) */
+  pthread_mutex_t lock; /* imports */
+  mep__remote_t *remote; /* per peer */
+};
+
+/* The peer's instance of `r`, imported on first use (waiting for the
+ * peer's key in the store up to the communicator's timeout). */
+int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out);
+
+#endif

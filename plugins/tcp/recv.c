@@ -1,0 +1,236 @@
+/*
+ * recv.c - the receive side, run by the poll thread alone.
+ *
+ * Each socket reads a 32-byte header, validates it (wire.c) against the
+ * live region table, and only then reads the payload straight into the
+ * region, or the signal's trailer. A signal waits in its peer's queue
+ * until every message it counts has arrived on every socket, then applies
+ * with an atomic release store or fetch-add, so a thread that sees the new
+ * value with an acquire load also sees the data written before it.
+ * A malformed message fails the peer; so does a socket that breaks.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "tcp.h"
+
+/* Per readiness event, so one busy socket does not starve the others. */
+#define TCP_RX_MSGS 64
+#define TCP_RX_BYTES (16u << 20)
+/* rx_mu is held across one recv() into a region; bound its length. */
+#define TCP_RX_CHUNK (1u << 20)
+
+static void bad(tcp_sock_t *s, int rc, const char *why) {
+  tcp_peer_t *p = s->peer;
+  if (rc == MEP_ERR_BOUNDS)
+    TCP_LOG(p->ctx, MEP_LOG_ERROR, "tcp: rank %d %s; closing its connections",
+            p->rank, why);
+  else
+    TCP_LOG(p->ctx, MEP_LOG_ERROR,
+            "tcp: rank %d sent a malformed message on socket %u: %s; closing "
+            "its connections", p->rank, s->index, why);
+  mep__tcp_peer_fail(p, rc, 1);
+}
+
+static void lost(tcp_sock_t *s, const char *why) {
+  tcp_peer_t *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  if (!p->dead) {
+    TCP_LOG(p->ctx, MEP_LOG_WARN,
+            "tcp: lost rank %d: %s on socket %u; failing its operations",
+            p->rank, why, s->index);
+    mep__tcp_peer_fail_locked(p, MEP_ERR_PEER_FAILED, 1);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+static size_t psig_stride(const tcp_peer_t *p) {
+  return 4 + (size_t)p->ctx->cfg.nsock;
+}
+
+static int psig_push(tcp_peer_t *p, const mep__tcp_msg_t *m,
+                     const uint64_t *counts) {
+  size_t st = psig_stride(p);
+  if (p->psig_n == p->psig_cap) {
+    size_t cap = p->psig_cap ? p->psig_cap * 2 : 16;
+    uint64_t *q = malloc(cap * st * sizeof *q);
+    if (!q) return -1;
+    for (size_t i = 0; i < p->psig_n; i++)
+      memcpy(q + i * st, p->psig + ((p->psig_head + i) % p->psig_cap) * st,
+             st * sizeof *q);
+    free(p->psig);
+    p->psig = q;
+    p->psig_cap = cap;
+    p->psig_head = 0;
+  }
+  uint64_t *e = p->psig + ((p->psig_head + p->psig_n) % p->psig_cap) * st;
+  e[0] = m->region;
+  e[1] = m->op;
+  e[2] = m->offset;
+  e[3] = m->len_or_value;
+  memcpy(e + 4, counts, (size_t)p->ctx->cfg.nsock * sizeof *counts);
+  p->psig_n++;
+  return 0;
+}
+
+/* Applies the waiting signals whose messages have all arrived, in order.
+ * Returns -1 when the peer was failed. */
+static int apply_pending(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  tcp_ctx_t *ctx = p->ctx;
+  int k = ctx->cfg.nsock;
+  char why[160];
+  while (p->psig_n) {
+    const uint64_t *e = p->psig + p->psig_head * psig_stride(p);
+    for (int i = 0; i < k; i++)
+      if (p->socks[i].rx_seq < e[4 + i]) return 0;
+    pthread_mutex_lock(&ctx->rx_mu);
+    tcp_mr_t *mr = mep__tcp_region_find(ctx, (uint32_t)e[0]);
+    uint8_t *word = mr ? mr->base + e[2] : NULL;
+    if (word && ((uintptr_t)word & 7) == 0) {
+      if (e[1] == MEP_TCP_OP_ADD)
+        __atomic_fetch_add((uint64_t *)(void *)word, e[3], __ATOMIC_RELEASE);
+      else
+        __atomic_store_n((uint64_t *)(void *)word, e[3], __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&ctx->rx_mu);
+    if (!word || ((uintptr_t)word & 7)) {
+      snprintf(why, sizeof why,
+               mr ? "signalled offset %" PRIu64 " of region %" PRIu64
+                    ", whose base address is not 8-byte aligned"
+                  : "signalled offset %" PRIu64 " of region %" PRIu64
+                    ", which was deregistered before the signal applied",
+               e[2], e[0]);
+      bad(s, MEP_ERR_PROTOCOL, why);
+      return -1;
+    }
+    p->psig_head = (p->psig_head + 1) % p->psig_cap;
+    p->psig_n--;
+  }
+  return 0;
+}
+
+static int msg_done(tcp_sock_t *s) {
+  s->rx_seq++;
+  s->rx_state = TCP_RX_HDR;
+  s->rx_have = 0;
+  s->rx_need = MEP_TCP_HDR_LEN;
+  return apply_pending(s);
+}
+
+/* A header or a signal trailer is complete. -1 when the peer was failed. */
+static int on_head(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  tcp_ctx_t *ctx = p->ctx;
+  char why[200];
+  if (s->rx_state == TCP_RX_TRAILER) {
+    uint64_t counts[MEP_TCP_MAX_SOCKS];
+    int rc = mep__tcp_counts_check(s->rx_buf + MEP_TCP_HDR_LEN,
+                                   s->rx_have - MEP_TCP_HDR_LEN, &s->rx_msg,
+                                   s->index, counts, why, sizeof why);
+    if (!rc && psig_push(p, &s->rx_msg, counts)) {
+      snprintf(why, sizeof why, "out of memory for its waiting signals");
+      rc = MEP_ERR_NOMEM;
+    }
+    if (rc) return bad(s, MEP_ERR_PROTOCOL, why), -1;
+    return msg_done(s);
+  }
+  mep__tcp_msg_expect_t exp = {.seq = s->rx_seq,
+                               .nsock = (uint32_t)ctx->cfg.nsock,
+                               .region_len = mep__tcp_region_len,
+                               .arg = ctx};
+  pthread_mutex_lock(&ctx->rx_mu);
+  int rc = mep__tcp_msg_check(s->rx_buf, s->rx_have, &exp, &s->rx_msg, why,
+                              sizeof why);
+  pthread_mutex_unlock(&ctx->rx_mu);
+  if (!rc && s->rx_msg.type == MEP_TCP_MSG_SIGNAL && s->index != 0) {
+    snprintf(why, sizeof why, "signal on socket %u (signals travel on 0)",
+             s->index);
+    rc = MEP_ERR_PROTOCOL;
+  }
+  if (rc) return bad(s, rc, why), -1;
+  if (s->rx_msg.type == MEP_TCP_MSG_SIGNAL) {
+    s->rx_state = TCP_RX_TRAILER;
+    s->rx_need = MEP_TCP_HDR_LEN + 8u * s->rx_msg.count;
+    return 0;
+  }
+  if (s->rx_msg.len_or_value == 0) return msg_done(s);
+  s->rx_state = TCP_RX_PAYLOAD;
+  s->rx_left = s->rx_msg.len_or_value;
+  return 0;
+}
+
+/* Reads payload bytes straight into the region. The region is looked up
+ * again under rx_mu for every chunk: dereg may have removed it. */
+static ssize_t read_payload(tcp_sock_t *s, int fd) {
+  tcp_ctx_t *ctx = s->peer->ctx;
+  const mep__tcp_msg_t *m = &s->rx_msg;
+  pthread_mutex_lock(&ctx->rx_mu);
+  tcp_mr_t *mr = mep__tcp_region_find(ctx, m->region);
+  ssize_t n = -2;
+  if (mr) {
+    uint8_t *dst = mr->base + m->offset + (m->len_or_value - s->rx_left);
+    size_t want = s->rx_left < TCP_RX_CHUNK ? (size_t)s->rx_left
+                                            : TCP_RX_CHUNK;
+    n = recv(fd, dst, want, MSG_DONTWAIT);
+  }
+  pthread_mutex_unlock(&ctx->rx_mu);
+  return n;
+}
+
+void mep__tcp_on_readable(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  int fd = p->dead ? -1 : s->fd;
+  pthread_mutex_unlock(&p->mu);
+  if (fd < 0) return;
+  char why[160];
+  uint64_t bytes = 0;
+  for (int msgs = 0; msgs < TCP_RX_MSGS && bytes < TCP_RX_BYTES;) {
+    /* back-pressure: see TCP_MAX_PENDING_SIGNALS */
+    if (s->rx_state == TCP_RX_HDR && s->rx_have == 0 && s->index == 0 &&
+        p->psig_n >= TCP_MAX_PENDING_SIGNALS)
+      return;
+    ssize_t n;
+    if (s->rx_state == TCP_RX_PAYLOAD) {
+      n = read_payload(s, fd);
+      if (n == -2) {
+        snprintf(why, sizeof why,
+                 "region %" PRIu32 " was deregistered while a write into it "
+                 "was arriving", s->rx_msg.region);
+        bad(s, MEP_ERR_PROTOCOL, why);
+        return;
+      }
+      if (n > 0) {
+        bytes += (uint64_t)n;
+        s->rx_left -= (uint64_t)n;
+        if (!s->rx_left) {
+          msgs++;
+          if (msg_done(s)) return;
+        }
+        continue;
+      }
+    } else {
+      n = recv(fd, s->rx_buf + s->rx_have, s->rx_need - s->rx_have,
+               MSG_DONTWAIT);
+      if (n > 0) {
+        s->rx_have += (size_t)n;
+        if (s->rx_have < s->rx_need) continue;
+        uint64_t before = s->rx_seq;
+        if (on_head(s)) return;
+        msgs += s->rx_seq != before;
+        continue;
+      }
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    snprintf(why, sizeof why, "%s",
+             n == 0 ? "it closed the connection" : strerror(errno));
+    lost(s, why);
+    return;
+  }
+}

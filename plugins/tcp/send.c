@@ -1,0 +1,343 @@
+/*
+ * send.c - write() and signal(): messages queued per socket and handed to
+ * the kernel straight from registered memory (sendmsg with an iovec).
+ *
+ * A message is sent from the calling thread at once when its socket's
+ * queue was empty; what the kernel does not take stays queued and poll()
+ * finishes it on EPOLLOUT, which is armed only while a queue is non-empty.
+ * A write's token completes once its last byte went to the kernel.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "tcp.h"
+
+#define TCP_MAX_IOV 64
+
+static void item_done(tcp_peer_t *p, tcp_item_t *it, int status, int report) {
+  if (!it->is_write) return;
+  if (!it->op) {
+    if (report) mep__tcp_cq_push(p->ctx, it->token, status, p->rank);
+    return;
+  }
+  tcp_op_t *op = it->op;
+  if (status < 0 && op->status == 0) op->status = status;
+  if (--op->left == 0) {
+    if (report) mep__tcp_cq_push(p->ctx, op->token, op->status, p->rank);
+    free(op);
+  }
+}
+
+static uint64_t item_total(const tcp_item_t *it) {
+  return it->hdr_len + it->payload_len;
+}
+
+/* Fills iov from the queue head; returns the count. */
+static int gather(const tcp_sock_t *s, struct iovec *iov) {
+  int n = 0;
+  for (const tcp_item_t *it = s->head; it && n + 2 <= TCP_MAX_IOV;
+       it = it->next) {
+    if (it->sent < it->hdr_len)
+      iov[n++] = (struct iovec){(void *)(it->hdr + it->sent),
+                                it->hdr_len - it->sent};
+    uint64_t poff = it->sent > it->hdr_len ? it->sent - it->hdr_len : 0;
+    if (poff < it->payload_len)
+      iov[n++] = (struct iovec){(void *)(it->payload + poff),
+                                (size_t)(it->payload_len - poff)};
+  }
+  return n;
+}
+
+/* Retires the first `n` sent bytes of the queue. */
+static void advance(tcp_sock_t *s, uint64_t n) {
+  s->queued -= n;
+  while (n) {
+    tcp_item_t *it = s->head;
+    uint64_t take = item_total(it) - it->sent;
+    if (take > n) take = n;
+    it->sent += take;
+    n -= take;
+    if (it->sent < item_total(it)) break;
+    s->head = it->next;
+    if (!s->head) s->tail = NULL;
+    item_done(s->peer, it, 0, 1);
+    free(it);
+  }
+}
+
+/* peer->mu held. Sends until the queue is empty or the kernel is full.
+ * 0, or a negative errno when the socket broke. */
+static int flush(tcp_sock_t *s) {
+  struct iovec iov[TCP_MAX_IOV];
+  while (s->head) {
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)gather(s, iov)};
+    ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+      return -errno;
+    }
+    advance(s, (uint64_t)n);
+  }
+  return 0;
+}
+
+static void arm_out(tcp_sock_t *s) {
+  int want = s->head != NULL;
+  if (want == s->out_armed) return;
+  struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0),
+                           .data.ptr = &s->src};
+  if (!epoll_ctl(s->peer->ctx->epfd, EPOLL_CTL_MOD, s->fd, &ev))
+    s->out_armed = want;
+}
+
+static void broke(tcp_sock_t *s, int err) {
+  tcp_peer_t *p = s->peer;
+  TCP_LOG(p->ctx, MEP_LOG_WARN,
+          "tcp: sending to rank %d on socket %u failed: %s; the peer is "
+          "marked failed", p->rank, s->index, strerror(err));
+  mep__tcp_peer_fail_locked(p, MEP_ERR_PEER_FAILED, 1);
+}
+
+/* peer->mu held: appends, and sends at once if the queue was empty. */
+static void submit(tcp_sock_t *s, tcp_item_t *it) {
+  int was_empty = s->head == NULL;
+  it->next = NULL;
+  if (s->tail)
+    s->tail->next = it;
+  else
+    s->head = it;
+  s->tail = it;
+  s->queued += item_total(it);
+  s->tx_seq++;
+  if (!was_empty) return;
+  int rc = flush(s);
+  if (rc < 0)
+    broke(s, -rc);
+  else
+    arm_out(s);
+}
+
+void mep__tcp_on_writable(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  if (!p->dead) {
+    int rc = flush(s);
+    if (rc < 0)
+      broke(s, -rc);
+    else
+      arm_out(s);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
+  for (int i = 0; i < p->ctx->cfg.nsock; i++) {
+    tcp_sock_t *s = &p->socks[i];
+    while (s->head) {
+      tcp_item_t *it = s->head;
+      s->head = it->next;
+      item_done(p, it, status, report);
+      free(it);
+    }
+    s->tail = NULL;
+    s->queued = 0;
+  }
+}
+
+/* peer->mu held: 0 if messages may be sent to p. */
+static int usable(tcp_peer_t *p) {
+  tcp_ctx_t *ctx = p->ctx;
+  if (p->dead)
+    return p->dead_status == MEP_ERR_CLOSED
+               ? TCP_ERR(ctx, MEP_ERR_CLOSED,
+                         "tcp: the endpoint of rank %d is closed", p->rank)
+               : TCP_ERR(ctx, MEP_ERR_PEER_FAILED,
+                         "tcp: rank %d has failed; nothing more is sent to it",
+                         p->rank);
+  if (p->nup < ctx->cfg.nsock)
+    return TCP_ERR(ctx, MEP_ERR_INVALID,
+                   "tcp: rank %d is not connected yet", p->rank);
+  return 0;
+}
+
+static int check_args(tcp_peer_t *p, tcp_rmr_t *r, const char *what) {
+  if (!r)
+    return TCP_ERR(p->ctx, MEP_ERR_INVALID,
+                   "tcp: %s to rank %d: NULL remote region", what, p->rank);
+  if (r->peer != p)
+    return TCP_ERR(p->ctx, MEP_ERR_INVALID,
+                   "tcp: %s to rank %d names a region imported from rank %d",
+                   what, p->rank, r->peer->rank);
+  return 0;
+}
+
+/* The least loaded socket, for a message that is not striped. */
+static tcp_sock_t *pick(tcp_peer_t *p) {
+  int k = p->ctx->cfg.nsock, best = (int)(p->rr++ % (uint32_t)k);
+  for (int i = 0; i < k; i++)
+    if (p->socks[i].queued < p->socks[best].queued) best = i;
+  return &p->socks[best];
+}
+
+static tcp_item_t *new_write(const tcp_mr_t *mr, uint64_t loff,
+                             const tcp_rmr_t *r, uint64_t roff, uint64_t len,
+                             uint64_t token, tcp_op_t *op) {
+  tcp_item_t *it = malloc(sizeof *it);
+  if (!it) return NULL;
+  *it = (tcp_item_t){.payload = len ? mr->base + loff : NULL,
+                     .payload_len = len,
+                     .op = op, .token = token, .is_write = 1,
+                     .hdr_len = MEP_TCP_HDR_LEN};
+  mep__tcp_msg_t m = {.type = MEP_TCP_MSG_WRITE, .region = r->region,
+                      .offset = roff, .len_or_value = len};
+  mep__tcp_msg_encode(it->hdr, &m);
+  return it;
+}
+
+static void set_seq(tcp_item_t *it, uint64_t seq) {
+  mep__tcp_put64(it->hdr + 24, seq);
+}
+
+int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mrp, uint64_t loff,
+                   mep_tp_rmr_t *rmrp, uint64_t roff, uint64_t len,
+                   uint64_t token) {
+  tcp_peer_t *p = ep;
+  tcp_mr_t *mr = mrp;
+  tcp_rmr_t *r = rmrp;
+  if (!p) return MEP_ERR_INVALID;
+  tcp_ctx_t *ctx = p->ctx;
+  int rc = check_args(p, r, "write");
+  if (rc) return rc;
+  if (!mr || mr->ctx != ctx)
+    return TCP_ERR(ctx, MEP_ERR_INVALID,
+                   "tcp: write to rank %d: the local region is not one of "
+                   "this context", p->rank);
+  if (loff > mr->len || len > mr->len - loff)
+    return TCP_ERR(ctx, MEP_ERR_BOUNDS,
+                   "tcp: write of %" PRIu64 " bytes from offset %" PRIu64
+                   " of local region %" PRIu32 " (%" PRIu64
+                   " bytes): out of bounds", len, loff, mr->id, mr->len);
+  if (roff > r->len || len > r->len - roff)
+    return TCP_ERR(ctx, MEP_ERR_BOUNDS,
+                   "tcp: write of %" PRIu64 " bytes to offset %" PRIu64
+                   " of rank %d's region %" PRIu32 " (%" PRIu64
+                   " bytes): out of bounds", len, roff, p->rank, r->region,
+                   r->len);
+
+  uint32_t k = (uint32_t)ctx->cfg.nsock, n = 1;
+  if (k > 1 && len >= 2ull * TCP_STRIPE_MIN)
+    n = len / TCP_STRIPE_MIN < k ? (uint32_t)(len / TCP_STRIPE_MIN) : k;
+  tcp_op_t *op = NULL;
+  tcp_item_t *items[MEP_TCP_MAX_SOCKS] = {0};
+  if (n > 1 && !(op = malloc(sizeof *op))) goto nomem;
+  if (op) *op = (tcp_op_t){.token = token, .left = (int)n};
+  uint64_t stripe = len / n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t off = i * stripe, sl = i + 1 == n ? len - off : stripe;
+    if (!(items[i] = new_write(mr, loff + off, r, roff + off, sl, token, op)))
+      goto nomem;
+  }
+
+  pthread_mutex_lock(&p->mu);
+  if ((rc = usable(p))) {
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; i < n; i++) free(items[i]);
+    free(op);
+    return rc;
+  }
+  if (len == 0) {
+    /* nothing to move; complete in order with nothing */
+    free(items[0]);
+    mep__tcp_cq_push(ctx, token, 0, p->rank);
+  } else {
+    uint32_t start = n == 1 ? pick(p)->index : p->rr++ % k;
+    /* Queue every stripe before sending any: should the socket break
+     * while sending, every stripe is then failed through the queues and
+     * the token completes exactly once. */
+    int was_empty[MEP_TCP_MAX_SOCKS];
+    for (uint32_t i = 0; i < n; i++) {
+      tcp_sock_t *s = &p->socks[(start + i) % k];
+      was_empty[i] = s->head == NULL;
+      set_seq(items[i], s->tx_seq++);
+      items[i]->next = NULL;
+      if (s->tail)
+        s->tail->next = items[i];
+      else
+        s->head = items[i];
+      s->tail = items[i];
+      s->queued += item_total(items[i]);
+    }
+    for (uint32_t i = 0; i < n && !p->dead; i++) {
+      tcp_sock_t *s = &p->socks[(start + i) % k];
+      if (!was_empty[i]) continue;
+      int frc = flush(s);
+      if (frc < 0)
+        broke(s, -frc);
+      else
+        arm_out(s);
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+
+nomem:
+  for (uint32_t i = 0; i < n; i++) free(items[i]);
+  free(op);
+  return TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: write of %" PRIu64 " bytes to "
+                 "rank %d: out of memory", len, p->rank);
+}
+
+int mep__tcp_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmrp, uint64_t roff,
+                    uint64_t value, mep_signal_op_t op) {
+  tcp_peer_t *p = ep;
+  tcp_rmr_t *r = rmrp;
+  if (!p) return MEP_ERR_INVALID;
+  tcp_ctx_t *ctx = p->ctx;
+  int rc = check_args(p, r, "signal");
+  if (rc) return rc;
+  if (op != MEP_SIGNAL_SET && op != MEP_SIGNAL_ADD)
+    return TCP_ERR(ctx, MEP_ERR_INVALID, "tcp: signal to rank %d: unknown "
+                   "operation %d", p->rank, (int)op);
+  if (roff % 8)
+    return TCP_ERR(ctx, MEP_ERR_INVALID, "tcp: signal to rank %d at offset "
+                   "%" PRIu64 ": not 8-byte aligned", p->rank, roff);
+  if (roff > r->len || 8 > r->len - roff)
+    return TCP_ERR(ctx, MEP_ERR_BOUNDS, "tcp: signal to the word at offset "
+                   "%" PRIu64 " of rank %d's region %" PRIu32 " (%" PRIu64
+                   " bytes): out of bounds", roff, p->rank, r->region, r->len);
+  tcp_item_t *it = malloc(sizeof *it);
+  if (!it)
+    return TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: signal to rank %d: out of "
+                   "memory", p->rank);
+  uint32_t k = (uint32_t)ctx->cfg.nsock;
+  *it = (tcp_item_t){.hdr_len = MEP_TCP_HDR_LEN + 8 * k};
+
+  pthread_mutex_lock(&p->mu);
+  if ((rc = usable(p))) {
+    pthread_mutex_unlock(&p->mu);
+    free(it);
+    return rc;
+  }
+  /* Signals all travel on socket 0 so they arrive, and apply, in the
+   * order they were issued; each carries how many messages every socket
+   * had queued before it, and waits on the receiver until those arrived. */
+  tcp_sock_t *s0 = &p->socks[0];
+  mep__tcp_msg_t m = {.type = MEP_TCP_MSG_SIGNAL,
+                      .op = op == MEP_SIGNAL_ADD ? MEP_TCP_OP_ADD
+                                                 : MEP_TCP_OP_SET,
+                      .count = (uint16_t)k, .region = r->region,
+                      .offset = roff, .len_or_value = value,
+                      .seq = s0->tx_seq};
+  mep__tcp_msg_encode(it->hdr, &m);
+  for (uint32_t i = 0; i < k; i++)
+    mep__tcp_put64(it->hdr + MEP_TCP_HDR_LEN + 8 * i, p->socks[i].tx_seq);
+  submit(s0, it);
+  pthread_mutex_unlock(&p->mu);
+  return 0;
+}

@@ -1,0 +1,222 @@
+/*
+ * tcp.h - the tcp transport's internal objects, shared by its files.
+ *
+ * Threads and locks. poll() runs on one thread (the "poll thread"); every
+ * other entry point may run on any thread at the same time. Locks, always
+ * taken in this order and never held across a blocking call:
+ *   ctx->mu     the peers table and the pending handshakes
+ *   peer->mu    a peer's state, its sockets' fds and send queues
+ *   ctx->cq_mu  the completion queue (a leaf)
+ *   ctx->rx_mu  the region table; held by the poll thread while it reads a
+ *               payload into region memory or applies a signal, so dereg
+ *               cannot return while bytes still land in the region (a leaf)
+ * A socket's receive state and a peer's pending signals belong to the poll
+ * thread alone. File descriptors of a dead peer are shut down by whoever
+ * finds it dead but closed only by the poll thread (or fini), so the poll
+ * thread never reads from a number that was closed and reused meanwhile.
+ */
+#ifndef MEP_TCP_TCP_H
+#define MEP_TCP_TCP_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "mep/transport.h"
+#include "wire.h"
+
+#define TCP_LOG(ctx, lvl, ...) ((ctx)->env->log((lvl), __VA_ARGS__))
+#define TCP_ERR(ctx, code, ...) ((ctx)->env->set_error(__VA_ARGS__), (code))
+
+/* Writes at least twice this long are striped over the peer's sockets. */
+#define TCP_STRIPE_MIN (256u * 1024u)
+/* A signal waits on the receiver until the writes before it arrived; past
+ * this many waiting signals the receiver stops reading the signal socket
+ * (back-pressure) instead of growing without bound. */
+#define TCP_MAX_PENDING_SIGNALS 65536
+/* Accepted connections that have not finished their hello. */
+#define TCP_MAX_HANDSHAKES 256
+
+typedef struct tcp_cfg {
+  char ifname[64];
+  int port_lo, port_hi; /* 0, 0: ephemeral */
+  int nsock;            /* sockets_per_peer */
+  int retries;          /* connect_retries: dial attempts */
+  int nodelay;
+} tcp_cfg_t;
+
+/* What an epoll event points to; the kind says which object it is. */
+enum { TCP_SRC_LISTEN, TCP_SRC_HANDSHAKE, TCP_SRC_SOCK, TCP_SRC_CQ };
+typedef struct tcp_src {
+  int kind;
+} tcp_src_t;
+
+/* A striped write: its token completes when every stripe went out. */
+typedef struct tcp_op {
+  uint64_t token;
+  int left;
+  int status;
+} tcp_op_t;
+
+/* One message waiting in a socket's send queue. */
+typedef struct tcp_item {
+  struct tcp_item *next;
+  const uint8_t *payload;
+  uint64_t payload_len;
+  uint64_t sent; /* bytes of header + payload already sent */
+  tcp_op_t *op;  /* a stripe of a striped write, else NULL */
+  uint64_t token;
+  int is_write;
+  uint32_t hdr_len;
+  uint8_t hdr[MEP_TCP_HDR_LEN + MEP_TCP_MAX_TRAILER];
+} tcp_item_t;
+
+enum { TCP_RX_HDR, TCP_RX_TRAILER, TCP_RX_PAYLOAD };
+
+struct tcp_peer;
+
+typedef struct tcp_sock {
+  tcp_src_t src; /* first: epoll events point here */
+  struct tcp_peer *peer;
+  uint32_t index;
+  int fd;   /* -1 until connected and after the poll thread closed it */
+  int used; /* was ever connected: a second connection is a duplicate */
+  /* send side, under peer->mu */
+  tcp_item_t *head, *tail;
+  uint64_t queued;   /* bytes not yet handed to the kernel */
+  uint64_t tx_seq;   /* messages queued on this socket so far */
+  int out_armed;     /* EPOLLOUT is on */
+  /* receive side, poll thread only */
+  int rx_state;
+  size_t rx_have, rx_need;
+  mep__tcp_msg_t rx_msg;
+  uint64_t rx_left; /* payload bytes still to come */
+  uint64_t rx_seq;  /* messages received completely */
+  uint8_t rx_buf[MEP_TCP_HDR_LEN + MEP_TCP_MAX_TRAILER];
+} tcp_sock_t;
+
+typedef struct tcp_rmr {
+  struct tcp_peer *peer;
+  struct tcp_rmr *prev, *next;
+  uint32_t region;
+  uint64_t len;
+} tcp_rmr_t;
+
+typedef struct tcp_peer {
+  struct tcp_ctx *ctx;
+  int rank;
+  pthread_mutex_t mu;
+  int nup;        /* sockets connected */
+  int connected;  /* connect() succeeded */
+  int dead;       /* failed or closed: sockets shut down */
+  int dead_status; /* MEP_ERR_PEER_FAILED, _PROTOCOL, _BOUNDS or _CLOSED */
+  int fds_open;    /* dead with fds the poll thread has yet to close */
+  uint32_t rr;
+  tcp_rmr_t *rmrs; /* imported regions, freed at fini if still there */
+  /* pending signals, poll thread only: a ring of entries of
+   * (4 + nsock) u64: region, op, offset, value, counts... */
+  uint64_t *psig;
+  size_t psig_head, psig_n, psig_cap;
+  tcp_sock_t socks[]; /* nsock */
+} tcp_peer_t;
+
+/* An accepted connection whose hello is not complete yet. */
+typedef struct tcp_hs {
+  struct tcp_hs *next;
+  int fd;
+  struct sockaddr_in from;
+  int64_t deadline_ms;
+  size_t have;
+  uint8_t buf[MEP_TCP_HELLO_LEN + MEP_TCP_MAX_SECRET];
+} tcp_hs_t;
+
+typedef struct tcp_mr {
+  struct tcp_ctx *ctx;
+  uint32_t id;
+  uint8_t *base;
+  uint64_t len;
+} tcp_mr_t;
+
+typedef struct tcp_ctx {
+  const mep_tp_env_t *env;
+  tcp_cfg_t cfg;
+  int rank, size, timeout_ms;
+  int epfd, lfd, cqfd;
+  tcp_src_t lsrc, hssrc, cqsrc;
+  struct sockaddr_in addr; /* where lfd listens */
+
+  pthread_mutex_t mu;
+  tcp_peer_t **peers; /* size entries, created on first use */
+  tcp_hs_t *hs;
+  int nhs;                    /* atomic reads outside mu */
+  int64_t hs_next_deadline;   /* atomic reads outside mu */
+  int reap;                   /* atomic: some dead peer has open fds */
+
+  pthread_mutex_t rx_mu;
+  tcp_mr_t **regions; /* regions[id - 1]; NULL once deregistered */
+  uint32_t nregions, regions_cap;
+
+  pthread_mutex_t cq_mu;
+  mep_tp_completion_t *cq;
+  size_t cq_head, cq_n, cq_cap;
+  int cq_armed; /* the eventfd is readable */
+} tcp_ctx_t;
+
+/* config.c */
+int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
+
+/* net.c */
+int64_t mep__tcp_now_ms(void);
+void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len);
+int mep__tcp_listen(tcp_ctx_t *ctx);
+void mep__tcp_sockopts(tcp_ctx_t *ctx, int fd);
+/* Waits up to 5 ms (never past deadline) for `events` on fd (-1: none),
+ * serving incoming connections meanwhile. 1 ready, 0 not yet, -1 past
+ * the deadline. */
+int mep__tcp_wait(tcp_ctx_t *ctx, int fd, short events, int64_t deadline);
+
+/* cq.c */
+void mep__tcp_cq_push(tcp_ctx_t *ctx, uint64_t token, int status, int peer);
+int mep__tcp_cq_pop(tcp_ctx_t *ctx, mep_tp_completion_t *out, int max);
+
+/* peer.c */
+tcp_peer_t *mep__tcp_peer_get(tcp_ctx_t *ctx, int rank); /* ctx->mu held */
+int mep__tcp_peer_install(tcp_peer_t *p, uint32_t index, int fd, int add);
+void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report);
+void mep__tcp_peer_fail(tcp_peer_t *p, int status, int report);
+void mep__tcp_reap(tcp_ctx_t *ctx);
+void mep__tcp_peer_free(tcp_peer_t *p);
+
+/* accept.c */
+void mep__tcp_accept_pump(tcp_ctx_t *ctx);
+void mep__tcp_hs_free_all(tcp_ctx_t *ctx);
+
+/* dial.c */
+int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
+                  int64_t deadline);
+
+/* send.c */
+int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mr, uint64_t loff,
+                   mep_tp_rmr_t *rmr, uint64_t roff, uint64_t len,
+                   uint64_t token);
+int mep__tcp_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, uint64_t roff,
+                    uint64_t value, mep_signal_op_t op);
+void mep__tcp_on_writable(tcp_sock_t *s);
+void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report);
+
+/* recv.c */
+void mep__tcp_on_readable(tcp_sock_t *s);
+
+/* region.c */
+int mep__tcp_reg(mep_tp_ctx_t *ctx, void *ptr, size_t len, mep_memkind_t kind,
+                 mep_tp_mr_t **mr, void *rkey, size_t *rkey_len);
+int mep__tcp_dereg(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr);
+int mep__tcp_import(mep_tp_ep_t *ep, const void *rkey, size_t len,
+                    mep_tp_rmr_t **rmr);
+int mep__tcp_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr);
+/* rx_mu held: the live region with this id, or NULL. */
+tcp_mr_t *mep__tcp_region_find(tcp_ctx_t *ctx, uint32_t id);
+int mep__tcp_region_len(void *ctx, uint32_t id, uint64_t *len);
+void mep__tcp_regions_free(tcp_ctx_t *ctx);
+
+#endif

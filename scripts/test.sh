@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
+# normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer.
+# Ends with one line "N passed, N failed". Usage: scripts/test.sh [--no-asan]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+
+asan=1
+[ "${1:-}" = "--no-asan" ] && asan=0
+prefix="$PWD/_install"
+export MEP_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
+
+passed=0; failed=0; skipped=0
+run_suite() {  # build-dir label
+  local dir=$1 label=$2
+  echo "=== tests: $label ($dir)"
+  meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier "${3:-1}"
+  local counts p f k
+  counts=$(python3 - "$dir/meson-logs/testlog.json" <<'PY'
+import json, sys
+res = [json.loads(l)["result"] for l in open(sys.argv[1])]
+ok = sum(r in ("OK", "EXPECTEDFAIL") for r in res)
+skip = sum(r == "SKIP" for r in res)
+print(ok, len(res) - ok - skip, skip)
+PY
+)
+  read -r p f k <<<"$counts"
+  skipped=$((skipped + k))
+  passed=$((passed + p)); failed=$((failed + f))
+}
+
+run_suite build "normal build"
+if [ "$asan" = 1 ]; then
+  if [ ! -f build-asan/build.ninja ]; then
+    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dbuildtype=debug >/dev/null
+  fi
+  if ninja -C build-asan >/dev/null; then
+    ASAN_OPTIONS=detect_leaks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      run_suite build-asan "ASan+UBSan" 3
+  else
+    echo "ASan build failed"; failed=$((failed + 1))
+  fi
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ]

@@ -1,0 +1,266 @@
+/* fault_plugin.c - libmep-transport-fault.so, a test fixture: a plugin
+ * that forwards every call to another plugin ($MEP_FAULT_INNER, a path)
+ * and injects one kind of misbehaviour ($MEP_FAULT), so that the tests can
+ * show that mep-plugin-check catches it. Faults:
+ *   none      forward only (the wrapper itself must pass)
+ *   corrupt   flip a source byte in the middle of writes of >= 4 KiB
+ *   drop      leave out one write in 97 but report it complete
+ *   dup       report one completion twice
+ *   nobounds  accept writes with huge offsets or lengths without sending
+ *   leakfd    every init opens /dev/null and never closes it
+ *   leakmem   every init allocates memory and never frees it (only
+ *             LeakSanitizer notices)
+ *   crash     rank 1 aborts in its first write
+ *   hang      rank 1's poll never returns after 50 calls
+ *   nofail    poll swallows every failed completion */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mep/transport.h"
+
+typedef enum {
+  F_NONE,
+  F_CORRUPT,
+  F_DROP,
+  F_DUP,
+  F_NOBOUNDS,
+  F_LEAKFD,
+  F_LEAKMEM,
+  F_CRASH,
+  F_HANG,
+  F_NOFAIL,
+} fault_t;
+
+static const mep_transport_t *inner;
+static fault_t fault;
+static int my_rank;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned long n_writes, n_polls;
+/* Completions the wrapper owes: dropped or faked writes, a duplicate. */
+static mep_tp_completion_t owed[64];
+static int n_owed;
+static int dup_done;
+
+static fault_t parse_fault(const char *s) {
+  static const struct {
+    const char *name;
+    fault_t f;
+  } names[] = {
+      {"corrupt", F_CORRUPT}, {"drop", F_DROP},     {"dup", F_DUP},
+      {"nobounds", F_NOBOUNDS}, {"leakfd", F_LEAKFD}, {"leakmem", F_LEAKMEM},
+      {"crash", F_CRASH},
+      {"hang", F_HANG},       {"nofail", F_NOFAIL},
+  };
+  for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(s, names[i].name) == 0) return names[i].f;
+  return F_NONE;
+}
+
+static int load_inner(const mep_tp_env_t *env) {
+  if (inner) return 0;
+  const char *path = getenv("MEP_FAULT_INNER");
+  if (!path) {
+    env->set_error("fault: set MEP_FAULT_INNER to the plugin to wrap");
+    return MEP_ERR_UNAVAILABLE;
+  }
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const mep_transport_t *vt = h ? dlsym(h, MEP_TRANSPORT_SYMBOL) : NULL;
+  if (!vt) {
+    env->set_error("fault: cannot load %s: %s", path, dlerror());
+    return MEP_ERR_UNAVAILABLE;
+  }
+  inner = vt; /* kept loaded for the life of the process */
+  return 0;
+}
+
+static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
+  int rc = load_inner(env);
+  if (rc) return rc;
+  fault = parse_fault(getenv("MEP_FAULT"));
+  my_rank = env->rank;
+  if (fault == F_LEAKFD && open("/dev/null", O_RDONLY) < 0)
+    return MEP_ERR_SYSTEM;
+  if (fault == F_LEAKMEM) {
+    /* Written through a volatile pointer so the allocation stays. */
+    char *volatile lost = malloc(4096);
+    if (lost) lost[0] = 1;
+  }
+  return inner->init(env, ctx);
+}
+
+static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {
+  return inner->props(ctx, p);
+}
+
+static int f_address(mep_tp_ctx_t *ctx, void *buf, size_t *len) {
+  return inner->address(ctx, buf, len);
+}
+
+static int f_reachable(mep_tp_ctx_t *ctx, int peer, const void *blob,
+                       size_t len, char *why, size_t why_len) {
+  return inner->reachable(ctx, peer, blob, len, why, why_len);
+}
+
+static int f_connect(mep_tp_ctx_t *ctx, int peer, const void *blob,
+                     size_t len, mep_tp_ep_t **ep) {
+  return inner->connect(ctx, peer, blob, len, ep);
+}
+
+/* The registrations, so that "corrupt" can reach a write's source. */
+typedef struct reg_entry {
+  mep_tp_mr_t *mr;
+  unsigned char *ptr;
+  size_t len;
+} reg_entry_t;
+static reg_entry_t *regs;
+static size_t n_regs;
+
+static int f_reg(mep_tp_ctx_t *ctx, void *ptr, size_t len, mep_memkind_t kind,
+                 mep_tp_mr_t **mr, void *rkey, size_t *rkey_len) {
+  int rc = inner->reg(ctx, ptr, len, kind, mr, rkey, rkey_len);
+  if (rc || fault != F_CORRUPT) return rc;
+  pthread_mutex_lock(&lock);
+  reg_entry_t *r = realloc(regs, (n_regs + 1) * sizeof *regs);
+  if (r) {
+    regs = r;
+    regs[n_regs++] = (reg_entry_t){*mr, ptr, len};
+  }
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+static int f_dereg(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr) {
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < n_regs; i++)
+    if (regs[i].mr == mr) {
+      regs[i] = regs[--n_regs];
+      break;
+    }
+  if (n_regs == 0) {
+    free(regs);
+    regs = NULL;
+  }
+  pthread_mutex_unlock(&lock);
+  return inner->dereg(ctx, mr);
+}
+
+/* Flips byte `off` of the registration: the write then sends a corrupted
+ * byte, as if it had been damaged on the way. */
+static void corrupt_source(mep_tp_mr_t *mr, uint64_t off) {
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < n_regs; i++)
+    if (regs[i].mr == mr && off < regs[i].len) regs[i].ptr[off] ^= 0x5a;
+  pthread_mutex_unlock(&lock);
+}
+
+static int f_import(mep_tp_ep_t *ep, const void *rkey, size_t len,
+                    mep_tp_rmr_t **rmr) {
+  return inner->import(ep, rkey, len, rmr);
+}
+
+static int f_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr) {
+  return inner->unimport(ep, rmr);
+}
+
+/* A completion reported by the wrapper instead of the inner plugin. */
+static void owe(uint64_t token, int peer) {
+  pthread_mutex_lock(&lock);
+  if (n_owed < (int)(sizeof owed / sizeof owed[0]))
+    owed[n_owed++] = (mep_tp_completion_t){token, 0, peer};
+  pthread_mutex_unlock(&lock);
+}
+
+static int f_write(mep_tp_ep_t *ep, mep_tp_mr_t *mr, uint64_t loff,
+                   mep_tp_rmr_t *rmr, uint64_t roff, uint64_t len,
+                   uint64_t token) {
+  unsigned long k = __atomic_fetch_add(&n_writes, 1, __ATOMIC_RELAXED);
+  const uint64_t huge = (uint64_t)1 << 40;
+  switch (fault) {
+  case F_CRASH:
+    if (my_rank == 1) abort();
+    break;
+  case F_DROP:
+    if (len > 0 && k % 97 == 50) {
+      owe(token, 1 - my_rank);
+      return 0;
+    }
+    break;
+  case F_NOBOUNDS:
+    if (loff > huge || roff > huge || len > huge) {
+      owe(token, 1 - my_rank);
+      return 0;
+    }
+    break;
+  case F_CORRUPT:
+    if (len >= 4096) corrupt_source(mr, loff + len / 2);
+    break;
+  default:
+    break;
+  }
+  return inner->write(ep, mr, loff, rmr, roff, len, token);
+}
+
+static int f_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, uint64_t roff,
+                    uint64_t value, mep_signal_op_t op) {
+  return inner->signal(ep, rmr, roff, value, op);
+}
+
+/* Drops every failed completion from out[0..n); returns the new count. */
+static int without_failures(mep_tp_completion_t *out, int n) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (out[i].status == 0) out[k++] = out[i];
+  return k;
+}
+
+static int f_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max) {
+  unsigned long k = __atomic_fetch_add(&n_polls, 1, __ATOMIC_RELAXED);
+  if (fault == F_HANG && my_rank == 1 && k >= 50)
+    for (;;) pause();
+  int n = 0;
+  pthread_mutex_lock(&lock);
+  while (n_owed > 0 && n < max) out[n++] = owed[--n_owed];
+  pthread_mutex_unlock(&lock);
+  if (n == max) return n;
+  int got = inner->poll(ctx, out + n, max - n);
+  if (got < 0) return got;
+  n += got;
+  if (fault == F_NOFAIL) n = without_failures(out, n);
+  if (fault == F_DUP && !dup_done && got > 0 &&
+      out[n - 1].token != MEP_TP_TOKEN_NONE) {
+    dup_done = 1;
+    owe(out[n - 1].token, out[n - 1].peer);
+  }
+  return n;
+}
+
+static int f_close(mep_tp_ep_t *ep) { return inner->close(ep); }
+
+static int f_fini(mep_tp_ctx_t *ctx) { return inner->fini(ctx); }
+
+MEP_API const mep_transport_t mep_transport_plugin_v1 = {
+    .abi_major = MEP_TRANSPORT_ABI_MAJOR,
+    .abi_minor = MEP_TRANSPORT_ABI_MINOR,
+    .struct_size = sizeof(mep_transport_t),
+    .name = "fault",
+    .version = "test",
+    .init = f_init,
+    .props = f_props,
+    .address = f_address,
+    .reachable = f_reachable,
+    .connect = f_connect,
+    .reg = f_reg,
+    .dereg = f_dereg,
+    .import = f_import,
+    .unimport = f_unimport,
+    .write = f_write,
+    .signal = f_signal,
+    .poll = f_poll,
+    .device_descriptor = NULL,
+    .close = f_close,
+    .fini = f_fini,
+};

@@ -1,0 +1,58 @@
+#!/bin/sh
+# test_faults.sh - mep-plugin-check catches plugins that misbehave: the
+# fault plugin wraps a good plugin and injects one fault per run; each run
+# must FAIL the check meant to catch it, with a telling reason, while the
+# wrapper without a fault passes.
+# Usage: test_faults.sh TOOL FAULT.so GOOD.so
+set -u
+tool=$1 fault=$2 good=$3
+export MEP_FAULT_INNER="$good"
+fails=0
+
+# check FAULT CHECK WANT_RC PATTERN [ARGS...]
+check() {
+  f=$1 name=$2 want=$3 pattern=$4
+  shift 4
+  start=$(date +%s)
+  out=$(MEP_FAULT=$f "$tool" --quick --check "$name" "$@" "$fault" 2>&1)
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ "$rc" -ne "$want" ]; then
+    echo "not ok: fault '$f', check $name: exit $rc, want $want"
+    printf '%s\n' "$out" | sed 's/^/    /'
+    fails=$((fails + 1))
+  elif ! printf '%s\n' "$out" | grep -Eq -- "$pattern"; then
+    echo "not ok: fault '$f', check $name: no line matches /$pattern/"
+    printf '%s\n' "$out" | sed 's/^/    /'
+    fails=$((fails + 1))
+  else
+    echo "ok: fault '$f' -> $(printf '%s\n' "$out" | grep -E -- "$pattern" | head -n 1) (${took}s)"
+  fi
+}
+
+check none write-sizes 0 '^PASS write-sizes$'
+check none signal-order 0 '^PASS signal-order$'
+check none peer-killed 0 '^PASS peer-killed$'
+check corrupt write-sizes 1 \
+  '^FAIL write-sizes: rank [01]: byte [0-9]+ of [0-9]+ differs \(got 0x[0-9a-f]{2}, want 0x[0-9a-f]{2}\)'
+check drop signal-order 1 '^FAIL signal-order: rank [01]: .*overtook its write'
+check dup completions 1 '^FAIL completions: rank [01]: .*not in flight'
+check nobounds bounds 1 '^FAIL bounds: rank [01]: a write whose .* was accepted'
+check leakfd init-fini 1 '^FAIL init-fini: rank [01]: 20 init/address/fini cycles leaked 20 file descriptors'
+check crash write-sizes 1 '^FAIL write-sizes: rank 1 died of signal 6 .* in write\(\)'
+check hang write-sizes 1 '^FAIL write-sizes: rank 1: timed out after [0-9]+ ms in poll\(\)' \
+  --timeout-ms 1000
+check nofail peer-killed 1 \
+  '^FAIL peer-killed: rank 0: 2000 ms after rank 1 was SIGKILLed .*no completion with MEP_ERR_PEER_FAILED'
+
+# Only a build with LeakSanitizer sees a leak: then the rank that passed
+# must still be failed for its exit status.
+out=$(MEP_FAULT=leakmem "$tool" --quick --check abi "$fault" 2>&1)
+if printf '%s\n' "$out" | grep -q 'LeakSanitizer'; then
+  check leakmem abi 1 '^FAIL abi: rank 0 passed but then exited with status'
+else
+  check leakmem abi 0 '^PASS abi$'
+fi
+
+[ "$fails" -eq 0 ] || { echo "$fails failed"; exit 1; }
+echo "all passed"

@@ -1,0 +1,110 @@
+/* launch.c - forked local ranks around a built-in store. */
+#include "launch.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long long now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int child(const mep_launch_opts_t *o, int rank, int port,
+                 mep_launch_fn fn, void *arg) {
+  if (o->before_comm) o->before_comm(rank, arg);
+  mep_store_t *store = NULL;
+  int rc = mep_store_tcp_connect("127.0.0.1", port, o->timeout_ms, &store);
+  if (rc) {
+    fprintf(stderr, "rank %d: store: %s\n", rank, mep_last_error());
+    return 2;
+  }
+  mep_comm_opts_t copts = {.struct_size = sizeof copts, .name = o->name};
+  mep_comm_t *comm = NULL;
+  rc = mep_comm_create(store, rank, o->size, &copts, &comm);
+  if (rc) {
+    int result = 3;
+    if (o->on_create_error)
+      result = o->on_create_error(rank, rc, arg) ? 3 : 0;
+    else
+      fprintf(stderr, "rank %d: mep_comm_create: %s: %s\n", rank,
+              mep_strerror(rc), mep_last_error());
+    mep_store_destroy(store);
+    return result;
+  }
+  rc = fn(comm, store, arg);
+  mep_comm_destroy(comm);
+  mep_store_destroy(store);
+  return rc ? 1 : 0;
+}
+
+/* Reaps children until all are gone or the deadline; returns failures. */
+static int reap(pid_t *pids, int n, long long deadline) {
+  int failed = 0, left = n;
+  while (left > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid == 0) {
+      if (now_ms() >= deadline) break;
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) break;
+    for (int r = 0; r < n; r++) {
+      if (pids[r] != pid) continue;
+      pids[r] = 0;
+      left--;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) break;
+      failed++;
+      if (WIFEXITED(status))
+        fprintf(stderr, "rank %d: exited with %d\n", r, WEXITSTATUS(status));
+      else
+        fprintf(stderr, "rank %d: killed by signal %d\n", r, WTERMSIG(status));
+    }
+  }
+  for (int r = 0; r < n; r++) {
+    if (!pids[r]) continue;
+    kill(pids[r], SIGKILL);
+    waitpid(pids[r], NULL, 0);
+    fprintf(stderr, "rank %d: killed at the %s deadline\n", r, "run's");
+    failed++;
+  }
+  return failed;
+}
+
+int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
+  mep_store_server_t *srv = NULL;
+  if (mep_store_server_start("127.0.0.1", 0, &srv)) {
+    fprintf(stderr, "launch: store server: %s\n", mep_last_error());
+    return o->size > 0 ? o->size : 1;
+  }
+  int port = mep_store_server_port(srv);
+  pid_t *pids = calloc((size_t)o->size, sizeof *pids);
+  if (!pids) {
+    mep_store_server_stop(srv);
+    return o->size;
+  }
+  fflush(NULL);
+  int failed = 0;
+  for (int r = 0; r < o->size; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(child(o, r, port, fn, arg));
+    if (pids[r] < 0) {
+      perror("launch: fork");
+      pids[r] = 0;
+      failed++;
+    }
+  }
+  failed += reap(pids, o->size, now_ms() + o->timeout_ms);
+  free(pids);
+  mep_store_server_stop(srv);
+  return failed;
+}

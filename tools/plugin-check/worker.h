@@ -1,0 +1,82 @@
+/* worker.h - one rank of a check, in its own process: how it reports its
+ * result to the supervising process and the watchdogs that turn a plugin
+ * call that never returns into a FAIL instead of a hang. */
+#ifndef PC_WORKER_H
+#define PC_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mep/transport.h"
+
+typedef struct pc_opts {
+  int timeout_ms; /* every wait's deadline, and env->timeout_ms */
+  int quick;      /* cap transfer sizes at PC_QUICK_CAP */
+  int verbose;
+  int iters;    /* bench: latency round trips */
+  int iters_bw; /* bench: 64 MiB writes per bandwidth point */
+  int sweep;    /* bench: bandwidth from 4 KiB to 64 MiB */
+  uint64_t seed;
+} pc_opts_t;
+
+#define PC_QUICK_CAP ((uint64_t)4 << 20)
+#define PC_BIG ((uint64_t)64 << 20)
+
+/* Shared with the supervisor through an anonymous shared mapping, so that
+ * after a crash it can say which plugin call the rank was in. */
+typedef struct pc_shared_rank {
+  char call[48];
+} pc_shared_rank_t;
+
+typedef struct pc_worker {
+  int rank;
+  int nranks;    /* 1 for checks that need no peer process */
+  int link_fd;   /* socketpair to the other rank; -1 without one */
+  int result_fd; /* pipe to the supervisor */
+  const pc_opts_t *opts;
+  const mep_transport_t *tp;
+  const char *plugin_path;
+  const mep_config_t *cfg;
+  const uint8_t *secret;
+  size_t secret_len;
+  uint64_t seed; /* the check's seed, the same in both ranks */
+  const char *check;
+  pc_shared_rank_t *shared;
+} pc_worker_t;
+
+/* Starts the watchdogs (a thread that watches plugin calls, and alarm()
+ * for the whole check after budget_ms) and makes `w` the process's
+ * worker. */
+void pc_worker_start(pc_worker_t *w, int budget_ms);
+/* Stops the watchdog thread; call before a normal exit. */
+void pc_worker_stop(void);
+
+pc_worker_t *pc_self(void);
+
+/* Result records, one line each, sent to the supervisor. pc_fail and
+ * pc_skip end the process at once: a worker is disposable and the
+ * supervisor reaps it. pc_peer_gone is a failure that only follows from
+ * the other rank's (reported separately), so the supervisor ranks it
+ * below that one. */
+void pc_pass(void);
+_Noreturn void pc_fail(const char *fmt, ...) MEP_PRINTF(1, 2);
+_Noreturn void pc_skip(const char *fmt, ...) MEP_PRINTF(1, 2);
+_Noreturn void pc_peer_gone(const char *fmt, ...) MEP_PRINTF(1, 2);
+/* A detail line, shown with -v. */
+void pc_info(const char *fmt, ...) MEP_PRINTF(1, 2);
+/* A line of the benchmark table, printed by the supervisor as is. */
+void pc_bench_line(const char *fmt, ...) MEP_PRINTF(1, 2);
+
+/* Marks the start and end of a plugin call for the watchdog. */
+void pc_call_begin(const char *name);
+void pc_call_end(void);
+
+/* Monotonic clock. */
+int64_t pc_now_ns(void);
+int64_t pc_now_ms(void);
+
+/* mep_strerror(code) and the thread's mep_last_error(), as one string in
+ * static storage: "MEP_ERR_BOUNDS: ... (tcp: write ... out of bounds)". */
+const char *pc_err(int code);
+
+#endif
