@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "launch.h"
 
 static int port;
 
@@ -201,9 +202,9 @@ static void peer_dies(void) {
 }
 
 int main(void) {
-  mep_store_server_t *srv;
-  CHECK_OK(mep_store_server_start("127.0.0.1", 0, &srv));
-  port = mep_store_server_port(srv);
+  mep_launch_store_t st;
+  CHECK(mep_launch_store_start(&st) == 0, "store server");
+  port = st.port;
   unsetenv("MEP_TRANSPORTS");
   unsetenv("MEP_CONFIG");
   struct { const char *name; case_fn fn; } cases[] = {
@@ -219,7 +220,7 @@ int main(void) {
   };
   int failed = 0, n = (int)(sizeof cases / sizeof *cases);
   for (int i = 0; i < n; i++) failed += run_case(cases[i].name, cases[i].fn);
-  mep_store_server_stop(srv);
+  mep_launch_store_stop(&st);
   printf("%d passed, %d failed\n", n - failed, failed);
   return failed ? 1 : 0;
 }

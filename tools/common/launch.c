@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,16 +81,72 @@ static int reap(pid_t *pids, int n, long long deadline) {
   return failed;
 }
 
-int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
+/* The server process: serves until the parent closes the control pipe
+ * (or dies). */
+static void serve_store(int port_fd, int ctl_fd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
   mep_store_server_t *srv = NULL;
-  if (mep_store_server_start("127.0.0.1", 0, &srv)) {
+  int port = -1;
+  if (mep_store_server_start("127.0.0.1", 0, &srv))
     fprintf(stderr, "launch: store server: %s\n", mep_last_error());
+  else
+    port = mep_store_server_port(srv);
+  ssize_t w = write(port_fd, &port, sizeof port);
+  close(port_fd);
+  char c;
+  if (w == sizeof port && port > 0)
+    while (read(ctl_fd, &c, 1) < 0 && errno == EINTR) {
+    }
+  mep_store_server_stop(srv);
+  _exit(port > 0 ? 0 : 1);
+}
+
+int mep_launch_store_start(mep_launch_store_t *st) {
+  int port_pipe[2], ctl_pipe[2];
+  if (pipe(port_pipe)) return -1;
+  if (pipe(ctl_pipe)) {
+    close(port_pipe[0]), close(port_pipe[1]);
+    return -1;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    serve_store(port_pipe[1], ctl_pipe[0]);
+  }
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
+  st->pid = pid;
+  st->ctl_fd = ctl_pipe[1];
+  st->port = -1;
+  if (pid < 0 || read(port_pipe[0], &st->port, sizeof st->port) !=
+                     (ssize_t)sizeof st->port || st->port <= 0) {
+    close(port_pipe[0]);
+    mep_launch_store_stop(st);
+    return -1;
+  }
+  close(port_pipe[0]);
+  return 0;
+}
+
+void mep_launch_store_stop(mep_launch_store_t *st) {
+  if (st->ctl_fd >= 0) close(st->ctl_fd);
+  st->ctl_fd = -1;
+  if (st->pid > 0) waitpid(st->pid, NULL, 0);
+  st->pid = 0;
+}
+
+int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
+  mep_launch_store_t st;
+  if (mep_launch_store_start(&st)) {
+    fprintf(stderr, "launch: could not start the store server\n");
     return o->size > 0 ? o->size : 1;
   }
-  int port = mep_store_server_port(srv);
+  int port = st.port;
   pid_t *pids = calloc((size_t)o->size, sizeof *pids);
   if (!pids) {
-    mep_store_server_stop(srv);
+    mep_launch_store_stop(&st);
     return o->size;
   }
   fflush(NULL);
@@ -105,6 +162,6 @@ int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
   }
   failed += reap(pids, o->size, now_ms() + o->timeout_ms);
   free(pids);
-  mep_store_server_stop(srv);
+  mep_launch_store_stop(&st);
   return failed;
 }

@@ -23,6 +23,17 @@ typedef struct mep_launch_opts {
   int (*on_create_error)(int rank, int rc, void *arg);
 } mep_launch_opts_t;
 
+/* A store server in a process of its own (so the caller keeps no thread:
+ * forking a process that has threads can leave a lock taken in the child).
+ * Sets *port; mep_launch_store_stop ends and reaps it. */
+typedef struct mep_launch_store {
+  int pid;
+  int ctl_fd; /* closing it tells the server to stop */
+  int port;
+} mep_launch_store_t;
+int mep_launch_store_start(mep_launch_store_t *st);
+void mep_launch_store_stop(mep_launch_store_t *st);
+
 /* Starts a store server on 127.0.0.1 (ephemeral port), forks `size`
  * processes that each connect, create the communicator, run fn and exit
  * with its result. Every child is reaped; at the deadline the survivors

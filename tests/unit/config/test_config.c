@@ -905,7 +905,26 @@ static void test_example_ini(const char *root) {
   free(doc);
 }
 
+/* The cases set the overrides they test; any MEP_* variable inherited
+ * from the caller (the test runner sets MEP_TCP_IFNAME, for one) would
+ * change what the files say. */
+static void clear_mep_environment(void) {
+  extern char **environ;
+  for (int again = 1; again;) {
+    again = 0;
+    for (char **e = environ; *e; e++) {
+      if (strncmp(*e, "MEP_", 4) != 0) continue;
+      char name[256];
+      snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+      unsetenv(name);
+      again = 1;
+      break;
+    }
+  }
+}
+
 int main(int argc, char **argv) {
+  clear_mep_environment();
   /* The log module reads these once, at its first line. */
   snprintf(log_path, sizeof log_path, "/tmp/mep-config-log-XXXXXX");
   int fd = mkstemp(log_path);
