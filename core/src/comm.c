@@ -13,7 +13,10 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "coll.h"
+#include "p2p.h"
 #include "plugin.h"
+#include "req.h"
 
 #define DEFAULT_TRANSPORTS "nvlink,ibgda,verbs,tcp"
 #define MAX_TRANSPORTS 32
@@ -367,6 +370,8 @@ static int build(mep_comm_t *comm) {
   if (rc == MEP_OK) rc = choose_routes(comm, cards);
   if (rc == MEP_OK) drop_unused(comm);
   if (rc == MEP_OK) rc = connect_all(comm, cards);
+  if (rc == MEP_OK) rc = mep__coll_init(comm);
+  if (rc == MEP_OK) rc = mep__p2p_init(comm);
   if (rc == MEP_OK) rc = mep__progress_start(comm);
   for (int p = 0; p < comm->size; p++) mep__card_free(&cards[p]);
   free(cards);
@@ -386,6 +391,13 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
   comm->size = size;
   comm->store = store;
   pthread_mutex_init(&comm->lock, NULL);
+  pthread_mutex_init(&comm->engine_lock, NULL);
+  pthread_mutex_init(&comm->wait_mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&comm->wait_cv, &ca);
+  pthread_condattr_destroy(&ca);
   mep__log_set_rank(rank);
   comm->peers = calloc((size_t)size, sizeof *comm->peers);
   int rc = comm->peers ? configure(comm, opts)
@@ -404,16 +416,25 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
 int mep_comm_destroy(mep_comm_t *comm) {
   if (!comm) return MEP_OK;
   mep__progress_stop(comm);
-  while (comm->nregions) mep_region_deregister(comm->regions[0]);
-  free(comm->regions);
+  mep__engine_close(comm);
+  /* Endpoints close before regions go: a peer's late credit or signal must
+   * not arrive for a region that no longer exists (the transport would take
+   * it for an attack). */
   for (int p = 0; comm->peers && p < comm->size; p++) {
     mep__peer_t *peer = &comm->peers[p];
     if (peer->ep) comm->tps[peer->tp].vt->close(peer->ep);
   }
+  mep__p2p_fini(comm);
+  mep__coll_fini(comm);
+  while (comm->nregions) mep_region_deregister(comm->regions[0]);
+  free(comm->regions);
   for (int i = 0; i < comm->ntps; i++) unload_transport(&comm->tps[i]);
   mep__card_free(&comm->card);
   mep_config_free(comm->own_cfg);
   pthread_mutex_destroy(&comm->lock);
+  pthread_mutex_destroy(&comm->engine_lock);
+  pthread_mutex_destroy(&comm->wait_mu);
+  pthread_cond_destroy(&comm->wait_cv);
   free(comm->tps);
   free(comm->peers);
   free(comm->ns);

@@ -58,6 +58,19 @@ struct mep_comm {
   _Atomic int first_error_peer;
 
   mep__progress_t *progress;
+
+  /* Requests (req.c): collectives run in order, one at a time. */
+  pthread_mutex_t engine_lock;
+  mep_req_t *coll_head, *p2p_head;
+  _Atomic int engine_pending;
+  int engine_closed;
+  /* Threads blocked in mep_req_wait sleep here; a finishing request
+   * wakes them when there are any. */
+  pthread_mutex_t wait_mu;
+  pthread_cond_t wait_cv;
+  _Atomic int sleepers;
+  struct mep__coll *coll; /* collective staging (coll.c) */
+  struct mep__p2p *p2p;   /* point-to-point rings (p2p.c) */
 };
 
 /* Marks `peer` failed with `code` (first failure wins) and logs it once. */
@@ -75,6 +88,8 @@ int mep__progress_start(mep_comm_t *comm);
 void mep__progress_stop(mep_comm_t *comm);
 void mep__progress_waiter_enter(mep_comm_t *comm);
 void mep__progress_waiter_leave(mep_comm_t *comm);
+/* Wakes the thread if it sleeps (work was submitted). */
+void mep__progress_kick(mep_comm_t *comm);
 
 /* Adaptive backoff for loops that wait on memory: spin, then yield, then
  * sleep in growing steps up to a small bound. */

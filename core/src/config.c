@@ -38,9 +38,14 @@ static const mep__config_key_t table[] = {
     {"core", "timeout_ms", "30000", MEP__CFG_INT, 1, INT32_MAX, NULL,
      "deadline of every wait (connect, flush, collectives) in milliseconds"},
     {"core", "buffer_bytes", "16777216", MEP__CFG_INT, 1, TIB, NULL,
-     "staging buffer per communicator"},
-    {"core", "chunk_bytes", "1048576", MEP__CFG_INT, 1, TIB, NULL,
-     "unit a large transfer is pipelined in"},
+     "receive staging of point-to-point messages per communicator, shared "
+     "among the peers"},
+    {"core", "chunk_bytes", "1048576", MEP__CFG_INT, 4096, TIB, NULL,
+     "unit a large transfer is pipelined in (collectives double-buffer it "
+     "per peer)"},
+    {"core", "two_shot_bytes", "262144", MEP__CFG_INT, 0, TIB, NULL,
+     "all-reduce and broadcast messages above this size use the two-shot "
+     "algorithm, smaller ones the one-shot"},
     {"core", "progress", "adaptive", MEP__CFG_CHOICE, 0, 0,
      "adaptive|spin|blocking",
      "how the progress thread waits: spin, then sleep (adaptive), always "

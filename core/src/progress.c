@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "req.h"
 
 enum { MODE_ADAPTIVE, MODE_SPIN, MODE_BLOCKING };
 
@@ -28,6 +30,7 @@ struct mep__progress {
   _Atomic int stop;
   _Atomic int waiters;
   _Atomic int sleeping;
+  _Atomic int kicked;      /* work was submitted since the last sleep */
   int mode;
   struct pollfd *fds;      /* wake_fd, then transports' event fds */
   int nfds;
@@ -75,9 +78,10 @@ static void drain_wake(mep__progress_t *pg) {
 /* Sleeps until a transport has work, a waiter arrives or the timeout. */
 static void sleep_on_fds(mep__progress_t *pg, int timeout_ms) {
   atomic_store(&pg->sleeping, 1);
-  if (!atomic_load(&pg->stop) && !atomic_load(&pg->waiters))
+  if (!atomic_load(&pg->stop) && !atomic_load(&pg->kicked))
     poll(pg->fds, (nfds_t)pg->nfds, timeout_ms);
   atomic_store(&pg->sleeping, 0);
+  atomic_store(&pg->kicked, 0);
   if (pg->fds[0].revents) drain_wake(pg);
 }
 
@@ -88,27 +92,33 @@ static void nap(long us) {
 
 static void *run(void *arg) {
   mep_comm_t *comm = arg;
+  /* Naps of a few microseconds, not the default 50 us of timer slack. */
+  prctl(PR_SET_TIMERSLACK, 1000UL);
   mep__progress_t *pg = comm->progress;
   unsigned idle = 0;
   while (!atomic_load(&pg->stop)) {
-    if (poll_once(comm) > 0 || pg->mode == MODE_SPIN) {
+    int work = poll_once(comm);
+    work += mep__engine_advance(comm);
+    if (work > 0 || pg->mode == MODE_SPIN) {
       idle = 0;
       continue;
     }
     idle++;
-    int waiting = atomic_load(&pg->waiters) > 0;
+    int waiting = atomic_load(&pg->waiters) > 0 || mep__engine_busy(comm);
     if (pg->mode == MODE_BLOCKING && !waiting) {
       sleep_on_fds(pg, pg->unpollable ? 1 : 100);
     } else if (idle < 256) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
-    } else if (idle < 512 || (waiting && idle < 2048)) {
+    } else if (idle < 512) {
       sched_yield();
-    } else if (waiting) {
-      nap(20);
+    } else if (waiting && pg->unpollable) {
+      nap(20); /* a transport must be polled to make progress */
     } else {
-      sleep_on_fds(pg, pg->unpollable ? 1 : 100);
+      /* Whatever is awaited arrives as an event on a transport's fd, and
+       * local work (a put, a new request, a waiter) kicks the wake fd. */
+      sleep_on_fds(pg, waiting ? 1 : 100);
     }
   }
   return NULL;
@@ -183,6 +193,13 @@ void mep__progress_waiter_enter(mep_comm_t *comm) {
   mep__progress_t *pg = comm->progress;
   if (!pg) return;
   atomic_fetch_add(&pg->waiters, 1);
+  if (atomic_load(&pg->sleeping)) wake(pg);
+}
+
+void mep__progress_kick(mep_comm_t *comm) {
+  mep__progress_t *pg = comm->progress;
+  if (!pg) return;
+  atomic_store(&pg->kicked, 1);
   if (atomic_load(&pg->sleeping)) wake(pg);
 }
 

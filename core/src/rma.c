@@ -89,6 +89,8 @@ int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
     atomic_fetch_add(&comm->completed, 1);
     return mep__err_wrap(rc, "mep_put to rank %d over %s", peer, tp->name);
   }
+  /* Its completion may already wait in the transport with no fd event. */
+  mep__progress_kick(comm);
   return MEP_OK;
 }
 

@@ -221,13 +221,6 @@ static int tcp_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   return 0;
 }
 
-static int tcp_close(mep_tp_ep_t *ep) {
-  tcp_peer_t *p = ep;
-  if (!p) return 0;
-  mep__tcp_peer_fail(p, MEP_ERR_CLOSED, 0);
-  return 0;
-}
-
 static void dispatch(tcp_ctx_t *ctx, const struct epoll_event *ev) {
   tcp_src_t *src = ev->data.ptr;
   switch (src->kind) {
@@ -283,6 +276,6 @@ __attribute__((visibility("default"))) const mep_transport_t
         .signal = mep__tcp_signal,
         .poll = tcp_poll,
         .device_descriptor = NULL,
-        .close = tcp_close,
+        .close = mep__tcp_close,
         .fini = tcp_fini,
 };

@@ -7,13 +7,17 @@
  * until every message it counts has arrived on every socket, then applies
  * with an atomic release store or fetch-add, so a thread that sees the new
  * value with an acquire load also sees the data written before it.
- * A malformed message fails the peer; so does a socket that breaks.
+ * A malformed message fails the peer; so does a socket that breaks, unless
+ * the peer's BYE arrived on it before: then the end of the stream is an
+ * orderly close, and once every socket's BYE is in (and so every message
+ * the peer sent, every signal applied) the peer is reported closed.
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include "tcp.h"
@@ -40,12 +44,31 @@ static void lost(tcp_sock_t *s, const char *why) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
   if (!p->dead) {
-    TCP_LOG(p->ctx, MEP_LOG_WARN,
-            "tcp: lost rank %d: %s on socket %u; failing its operations",
-            p->rank, why, s->index);
+    if (s->tx_err)
+      TCP_LOG(p->ctx, MEP_LOG_WARN,
+              "tcp: lost rank %d: sending on socket %u failed (%s) and it "
+              "did not close in order; failing its operations",
+              p->rank, s->index, strerror(s->tx_err));
+    else
+      TCP_LOG(p->ctx, MEP_LOG_WARN,
+              "tcp: lost rank %d: %s on socket %u%s; failing its operations",
+              p->rank, why, s->index,
+              p->closing ? " without its goodbye there" : "");
     mep__tcp_peer_fail_locked(p, MEP_ERR_PEER_FAILED, 1);
   }
   pthread_mutex_unlock(&p->mu);
+}
+
+/* The stream of a socket whose BYE arrived ended: not a failure. It is no
+ * longer watched (its end would be reported again and again); its fd is
+ * closed with the peer's others. */
+static void ended(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  pthread_mutex_lock(&p->mu);
+  if (!p->dead && s->fd >= 0)
+    epoll_ctl(p->ctx->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+  pthread_mutex_unlock(&p->mu);
+  s->rx_ended = 1;
 }
 
 static size_t psig_stride(const tcp_peer_t *p) {
@@ -122,6 +145,41 @@ static int msg_done(tcp_sock_t *s) {
   return apply_pending(s);
 }
 
+/* A BYE arrived on s. When it was the last socket's, every message the
+ * peer sent has arrived (it says goodbye only once all were handed to its
+ * kernel) and apply_pending applied every signal it could: one still
+ * waiting counts messages that were never sent. The BYE itself is not
+ * one of the messages a signal counts. Returns -1 when the peer is dead
+ * now (closed, or failed). */
+static int on_bye(tcp_sock_t *s) {
+  tcp_peer_t *p = s->peer;
+  tcp_ctx_t *ctx = p->ctx;
+  s->rx_bye = 1;
+  s->rx_have = 0;
+  if (p->nbye++ == 0) {
+    pthread_mutex_lock(&p->mu);
+    p->closing = 1;
+    pthread_mutex_unlock(&p->mu);
+  }
+  if (p->nbye < ctx->cfg.nsock) return 0;
+  if (p->psig_n) {
+    char why[160];
+    snprintf(why, sizeof why,
+             "its last goodbye came while %zu of its signals still waited "
+             "for messages it never sent", p->psig_n);
+    bad(s, MEP_ERR_PROTOCOL, why);
+    return -1;
+  }
+  pthread_mutex_lock(&p->mu);
+  if (!p->dead) {
+    TCP_LOG(ctx, MEP_LOG_INFO, "tcp: rank %d closed its connections",
+            p->rank);
+    mep__tcp_peer_fail_locked(p, MEP_ERR_CLOSED, 1);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return -1;
+}
+
 /* A header or a signal trailer is complete. -1 when the peer was failed. */
 static int on_head(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
@@ -153,6 +211,7 @@ static int on_head(tcp_sock_t *s) {
     rc = MEP_ERR_PROTOCOL;
   }
   if (rc) return bad(s, rc, why), -1;
+  if (s->rx_msg.type == MEP_TCP_MSG_BYE) return on_bye(s);
   if (s->rx_msg.type == MEP_TCP_MSG_SIGNAL) {
     s->rx_state = TCP_RX_TRAILER;
     s->rx_need = MEP_TCP_HDR_LEN + 8u * s->rx_msg.count;
@@ -185,15 +244,16 @@ static ssize_t read_payload(tcp_sock_t *s, int fd) {
 void mep__tcp_on_readable(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
-  int fd = p->dead ? -1 : s->fd;
+  int fd = p->dead ? -1 : s->fd, broken = s->tx_err != 0;
   pthread_mutex_unlock(&p->mu);
-  if (fd < 0) return;
+  if (fd < 0 || s->rx_ended) return;
   char why[160];
   uint64_t bytes = 0;
   for (int msgs = 0; msgs < TCP_RX_MSGS && bytes < TCP_RX_BYTES;) {
-    /* back-pressure: see TCP_MAX_PENDING_SIGNALS */
+    /* back-pressure: see TCP_MAX_PENDING_SIGNALS; a broken socket is read
+     * to its end regardless, which decides the peer's fate */
     if (s->rx_state == TCP_RX_HDR && s->rx_have == 0 && s->index == 0 &&
-        p->psig_n >= TCP_MAX_PENDING_SIGNALS)
+        p->psig_n >= TCP_MAX_PENDING_SIGNALS && !broken)
       return;
     ssize_t n;
     if (s->rx_state == TCP_RX_PAYLOAD) {
@@ -217,6 +277,11 @@ void mep__tcp_on_readable(tcp_sock_t *s) {
     } else {
       n = recv(fd, s->rx_buf + s->rx_have, s->rx_need - s->rx_have,
                MSG_DONTWAIT);
+      if (n > 0 && s->rx_bye) {
+        snprintf(why, sizeof why, "%zd bytes after its goodbye", n);
+        bad(s, MEP_ERR_PROTOCOL, why);
+        return;
+      }
       if (n > 0) {
         s->rx_have += (size_t)n;
         if (s->rx_have < s->rx_need) continue;
@@ -228,6 +293,12 @@ void mep__tcp_on_readable(tcp_sock_t *s) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    /* after its BYE, a reset too only says the peer closed without reading
+     * what we sent: our queue completes with MEP_ERR_CLOSED */
+    if (s->rx_bye) {
+      ended(s);
+      return;
+    }
     snprintf(why, sizeof why, "%s",
              n == 0 ? "it closed the connection" : strerror(errno));
     lost(s, why);

@@ -71,10 +71,11 @@ static void advance(tcp_sock_t *s, uint64_t n) {
 }
 
 /* peer->mu held. Sends until the queue is empty or the kernel is full.
- * 0, or a negative errno when the socket broke. */
+ * 0, or a negative errno when the socket broke. A socket that broke
+ * before sends nothing: its queue waits for the peer's fate. */
 static int flush(tcp_sock_t *s) {
   struct iovec iov[TCP_MAX_IOV];
-  while (s->head) {
+  while (s->head && !s->tx_err) {
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)gather(s, iov)};
     ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
@@ -88,7 +89,7 @@ static int flush(tcp_sock_t *s) {
 }
 
 static void arm_out(tcp_sock_t *s) {
-  int want = s->head != NULL;
+  int want = s->head != NULL && !s->tx_err;
   if (want == s->out_armed) return;
   struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0),
                            .data.ptr = &s->src};
@@ -96,12 +97,20 @@ static void arm_out(tcp_sock_t *s) {
     s->out_armed = want;
 }
 
+/* peer->mu held. The connection broke, but what the peer sent before may
+ * end with its BYE (it closed in order and reset the connection because
+ * it had not read what we sent). So the peer is not failed here: the
+ * socket stops sending and is shut down, and its receive side reads up to
+ * the end and decides (recv.c). Its queue completes with the peer's fate. */
 static void broke(tcp_sock_t *s, int err) {
   tcp_peer_t *p = s->peer;
-  TCP_LOG(p->ctx, MEP_LOG_WARN,
-          "tcp: sending to rank %d on socket %u failed: %s; the peer is "
-          "marked failed", p->rank, s->index, strerror(err));
-  mep__tcp_peer_fail_locked(p, MEP_ERR_PEER_FAILED, 1);
+  TCP_LOG(p->ctx, MEP_LOG_DEBUG,
+          "tcp: sending to rank %d on socket %u failed: %s; reading what it "
+          "sent before to tell a failure from a close", p->rank, s->index,
+          strerror(err));
+  s->tx_err = err ? err : EIO;
+  arm_out(s);
+  shutdown(s->fd, SHUT_RDWR);
 }
 
 /* peer->mu held: appends, and sends at once if the queue was empty. */
@@ -153,13 +162,18 @@ void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
 /* peer->mu held: 0 if messages may be sent to p. */
 static int usable(tcp_peer_t *p) {
   tcp_ctx_t *ctx = p->ctx;
-  if (p->dead)
-    return p->dead_status == MEP_ERR_CLOSED
-               ? TCP_ERR(ctx, MEP_ERR_CLOSED,
-                         "tcp: the endpoint of rank %d is closed", p->rank)
-               : TCP_ERR(ctx, MEP_ERR_PEER_FAILED,
-                         "tcp: rank %d has failed; nothing more is sent to it",
-                         p->rank);
+  if (p->dead && p->dead_status != MEP_ERR_CLOSED)
+    return TCP_ERR(ctx, MEP_ERR_PEER_FAILED,
+                   "tcp: rank %d has failed; nothing more is sent to it",
+                   p->rank);
+  if (p->dead && !p->closing)
+    return TCP_ERR(ctx, MEP_ERR_CLOSED,
+                   "tcp: the endpoint of rank %d is closed", p->rank);
+  if (p->closing)
+    return TCP_ERR(ctx, MEP_ERR_CLOSED,
+                   "tcp: rank %d %s its connections in order; nothing more "
+                   "is sent to it",
+                   p->rank, p->dead ? "closed" : "is closing");
   if (p->nup < ctx->cfg.nsock)
     return TCP_ERR(ctx, MEP_ERR_INVALID,
                    "tcp: rank %d is not connected yet", p->rank);

@@ -10,10 +10,20 @@
  *   ctx->rx_mu  the region table; held by the poll thread while it reads a
  *               payload into region memory or applies a signal, so dereg
  *               cannot return while bytes still land in the region (a leaf)
+ * One exception: close() holds peer->mu across its goodbye (sending it and
+ * waiting for its acknowledgement, at most TCP_BYE_MS), so nothing can be
+ * queued behind it meanwhile.
  * A socket's receive state and a peer's pending signals belong to the poll
  * thread alone. File descriptors of a dead peer are shut down by whoever
  * finds it dead but closed only by the poll thread (or fini), so the poll
  * thread never reads from a number that was closed and reused meanwhile.
+ *
+ * Orderly close (bye.c). close() sends a BYE on every socket when nothing
+ * is left to send; a receiver that got the BYE of every socket, and could
+ * apply every signal, reports the peer MEP_ERR_CLOSED instead of
+ * MEP_ERR_PEER_FAILED. A failed send does not fail the peer at once: the
+ * socket is shut down and its receive side, which reads what the peer sent
+ * up to the end (its BYE, maybe), decides between the two.
  */
 #ifndef MEP_TCP_TCP_H
 #define MEP_TCP_TCP_H
@@ -34,6 +44,8 @@
  * this many waiting signals the receiver stops reading the signal socket
  * (back-pressure) instead of growing without bound. */
 #define TCP_MAX_PENDING_SIGNALS 65536
+/* How long close() may spend on its goodbyes, all sockets together. */
+#define TCP_BYE_MS 200
 /* Accepted connections that have not finished their hello. */
 #define TCP_MAX_HANDSHAKES 256
 
@@ -86,12 +98,16 @@ typedef struct tcp_sock {
   uint64_t queued;   /* bytes not yet handed to the kernel */
   uint64_t tx_seq;   /* messages queued on this socket so far */
   int out_armed;     /* EPOLLOUT is on */
+  int tx_err;        /* a send failed with this errno: nothing more is
+                        sent here, the socket is shut down */
   /* receive side, poll thread only */
   int rx_state;
   size_t rx_have, rx_need;
   mep__tcp_msg_t rx_msg;
   uint64_t rx_left; /* payload bytes still to come */
   uint64_t rx_seq;  /* messages received completely */
+  int rx_bye;       /* the peer's BYE arrived here */
+  int rx_ended;     /* and then the end of the stream: no longer watched */
   uint8_t rx_buf[MEP_TCP_HDR_LEN + MEP_TCP_MAX_TRAILER];
 } tcp_sock_t;
 
@@ -111,6 +127,9 @@ typedef struct tcp_peer {
   int dead;       /* failed or closed: sockets shut down */
   int dead_status; /* MEP_ERR_PEER_FAILED, _PROTOCOL, _BOUNDS or _CLOSED */
   int fds_open;    /* dead with fds the poll thread has yet to close */
+  int closing;     /* a BYE arrived: the peer is closing, nothing more is
+                      sent to it */
+  int nbye;        /* sockets whose BYE arrived, poll thread only */
   uint32_t rr;
   tcp_rmr_t *rmrs; /* imported regions, freed at fini if still there */
   /* pending signals, poll thread only: a ring of entries of
@@ -203,6 +222,9 @@ int mep__tcp_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, uint64_t roff,
                     uint64_t value, mep_signal_op_t op);
 void mep__tcp_on_writable(tcp_sock_t *s);
 void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report);
+
+/* bye.c */
+int mep__tcp_close(mep_tp_ep_t *ep);
 
 /* recv.c */
 void mep__tcp_on_readable(tcp_sock_t *s);

@@ -264,6 +264,15 @@ static int check_signal(const mep__tcp_msg_t *m, uint64_t rlen,
   return 0;
 }
 
+static int check_bye(const mep__tcp_msg_t *m, char *why, size_t why_len) {
+  if (m->op || m->count || m->region || m->offset || m->len_or_value)
+    return fail(MEP_ERR_PROTOCOL, why, why_len,
+                "goodbye with op %u, count %u, region %" PRIu32
+                ", offset %" PRIu64 " and value %" PRIu64 " (must all be 0)",
+                m->op, m->count, m->region, m->offset, m->len_or_value);
+  return 0;
+}
+
 int mep__tcp_msg_check(const uint8_t *hdr, size_t len,
                        const mep__tcp_msg_expect_t *exp, mep__tcp_msg_t *out,
                        char *why, size_t why_len) {
@@ -272,13 +281,19 @@ int mep__tcp_msg_check(const uint8_t *hdr, size_t len,
                 "truncated header (%zu of %d bytes)", len, MEP_TCP_HDR_LEN);
   mep__tcp_msg_t m;
   msg_decode(hdr, &m);
-  if (m.type != MEP_TCP_MSG_WRITE && m.type != MEP_TCP_MSG_SIGNAL)
+  if (m.type != MEP_TCP_MSG_WRITE && m.type != MEP_TCP_MSG_SIGNAL &&
+      m.type != MEP_TCP_MSG_BYE)
     return fail(MEP_ERR_PROTOCOL, why, why_len, "unknown message type %u",
                 m.type);
   if (m.seq != exp->seq)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
                 "message with sequence number %" PRIu64 ", expected %" PRIu64,
                 m.seq, exp->seq);
+  if (m.type == MEP_TCP_MSG_BYE) {
+    int rc = check_bye(&m, why, why_len);
+    if (rc == 0 && out) *out = m;
+    return rc;
+  }
   uint64_t rlen = 0;
   if (!exp->region_len(exp->arg, m.region, &rlen))
     return fail(MEP_ERR_BOUNDS, why, why_len,

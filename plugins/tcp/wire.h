@@ -25,6 +25,12 @@
  * followed by `count` (= sockets per peer) u64: for each socket of the
  * connection, how many messages the sender had queued on it before this
  * signal. The sequence number counts the messages of one socket from 0.
+ * A BYE (type 3) has every field but type and sequence number zero and
+ * nothing after it: it is the last message of its socket, and no signal
+ * counts it. The sender's close() sends one on each socket when every
+ * earlier message was handed to its kernel, so a receiver that got the BYE
+ * of every socket has everything its peer ever sent, and the end of a
+ * stream after its BYE is an orderly close, not a failure.
  */
 #ifndef MEP_TCP_WIRE_H
 #define MEP_TCP_WIRE_H
@@ -48,7 +54,7 @@
 #define MEP_TCP_HDR_LEN 32
 #define MEP_TCP_MAX_TRAILER (8 * MEP_TCP_MAX_SOCKS)
 
-enum { MEP_TCP_MSG_WRITE = 1, MEP_TCP_MSG_SIGNAL = 2 };
+enum { MEP_TCP_MSG_WRITE = 1, MEP_TCP_MSG_SIGNAL = 2, MEP_TCP_MSG_BYE = 3 };
 enum { MEP_TCP_OP_SET = 0, MEP_TCP_OP_ADD = 1 };
 
 /* ------------------------------------------------- little-endian fields */
@@ -166,7 +172,8 @@ void mep__tcp_msg_encode(uint8_t out[MEP_TCP_HDR_LEN],
 /* Validates a 32-byte header before anything touches memory: known type,
  * zero fields that must be zero, the expected sequence number, a known
  * region, offset+length inside it (overflow-safe), an 8-byte-aligned signal
- * word inside it. Returns 0 (out filled), MEP_ERR_BOUNDS for an access
+ * word inside it; a BYE names no region and must be zero but for its type
+ * and sequence number. Returns 0 (out filled), MEP_ERR_BOUNDS for an access
  * outside a region (or to an unknown one) or MEP_ERR_PROTOCOL for anything
  * else malformed, with the reason in why. `len` below MEP_TCP_HDR_LEN is
  * MEP_ERR_PROTOCOL (truncated). */

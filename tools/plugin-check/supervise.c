@@ -70,6 +70,18 @@ static void take_line(rank_proc_t *p, const char *line, int verbose) {
   const char *sp = strchr(line, ' ');
   const char *text = sp ? sp + 1 : "";
   size_t klen = sp ? (size_t)(sp - line) : strlen(line);
+  int64_t when = pc_now_ns(); /* records without a stamp: when read */
+  if (text[0] == '@') {
+    char *end;
+    long long ns = strtoll(text + 1, &end, 10);
+    if (end != text + 1 && *end == ' ') {
+      when = ns;
+      text = end + 1;
+    } else if (end != text + 1 && *end == '\0') {
+      when = ns;
+      text = end;
+    }
+  }
   int kind = 0;
   if (klen == 4 && strncmp(line, "PASS", 4) == 0) kind = 'P';
   else if (klen == 4 && strncmp(line, "FAIL", 4) == 0) kind = 'F';
@@ -86,7 +98,7 @@ static void take_line(rank_proc_t *p, const char *line, int verbose) {
   }
   if (!kind || p->kind) return; /* the first terminal record counts */
   p->kind = kind;
-  p->when = pc_now_ns();
+  p->when = when;
   snprintf(p->msg, sizeof p->msg, "%s", text);
 }
 

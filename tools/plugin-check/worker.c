@@ -55,11 +55,14 @@ static void write_all(int fd, const char *buf, size_t len) {
   }
 }
 
-/* One record: "KIND message\n", with newlines in the message flattened so
- * that the supervisor can split records by line. */
+/* One record: "KIND @NS message\n", NS being when it happened (both ranks
+ * share CLOCK_MONOTONIC, so the supervisor can tell which failure came
+ * first even when it reads both at once), with newlines in the message
+ * flattened so that the supervisor can split records by line. */
 static void emit(const char *kind, const char *fmt, va_list ap) {
   char line[PC_LINE_MAX];
-  int k = snprintf(line, sizeof line, "%s ", kind);
+  int k = snprintf(line, sizeof line, "%s @%lld ", kind,
+                   (long long)pc_now_ns());
   vsnprintf(line + k, sizeof line - (size_t)k - 1, fmt, ap);
   size_t len = strlen(line);
   for (size_t i = 0; i < len; i++)

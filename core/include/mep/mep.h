@@ -256,6 +256,122 @@ MEP_API int mep_flush(mep_comm_t *comm, int timeout_ms);
 MEP_API int mep_wait(const mep_region_t *region, size_t off, uint64_t value,
                      int timeout_ms, uint64_t *seen);
 
+
+/* --------------------------------------------------------------- requests */
+
+typedef struct mep_req mep_req_t;
+
+/* Sets *done to 1 once the request finished (then its status is final).
+ * Thread-safe. */
+MEP_API int mep_req_test(mep_req_t *req, int *done);
+
+/* Waits until the request finished or timeout_ms passed (-1: the
+ * communicator's timeout). Returns the request's status (0 or MEP_ERR_*,
+ * with mep_last_error() set to its message), or MEP_ERR_TIMEOUT if it is
+ * still running (it stays valid; wait again or free it). */
+MEP_API int mep_req_wait(mep_req_t *req, int timeout_ms);
+
+/* The status of a finished request (0 or MEP_ERR_*), 1 while running. */
+MEP_API int mep_req_status(const mep_req_t *req);
+
+/* Bytes a finished mep_recv received (at most its buffer's size). */
+MEP_API size_t mep_req_bytes(const mep_req_t *req);
+
+/* Releases a request. A request still running is detached: it finishes
+ * in the background and releases itself (its buffers must stay valid
+ * until then). */
+MEP_API void mep_req_free(mep_req_t *req);
+
+/* ------------------------------------------------------------ collectives
+ * Every rank calls the same collectives in the same order with matching
+ * arguments; ranks that disagree (operation, dtype, count, root) get
+ * MEP_ERR_MISMATCH naming both sides. Buffers are host memory owned by the
+ * caller and must stay untouched until the request finished. With `req`
+ * NULL the call blocks until done (up to the communicator's timeout);
+ * otherwise it returns at once and *req tracks it. send == recv is
+ * allowed (in place) where the sizes agree. Collectives of one
+ * communicator run one at a time, in call order; they are thread-safe. */
+
+typedef enum {
+  MEP_FLOAT16 = 0,
+  MEP_BFLOAT16 = 1,
+  MEP_FLOAT32 = 2,
+  MEP_FLOAT64 = 3,
+  MEP_INT8 = 4,
+  MEP_UINT8 = 5,
+  MEP_INT32 = 6,
+  MEP_INT64 = 7,
+  MEP_BOOL = 8,
+} mep_dtype_t;
+#define MEP_DTYPE_COUNT 9
+
+/* Reductions. float16/bfloat16 accumulate in float32. On bool, sum and max
+ * are "or", prod and min are "and"; avg is sum / size (integers: truncated
+ * toward zero; bool: refused). Contributions are combined in rank order on
+ * every rank, so every rank gets bit-identical results. */
+typedef enum {
+  MEP_SUM = 0,
+  MEP_PROD = 1,
+  MEP_MIN = 2,
+  MEP_MAX = 3,
+  MEP_AVG = 4,
+} mep_op_t;
+#define MEP_OP_COUNT 5
+
+/* Bytes per element (bool: 1); 0 for an unknown dtype. */
+MEP_API size_t mep_dtype_size(mep_dtype_t dtype);
+/* "float16", ...; "sum", ...; NULL for unknown values. */
+MEP_API const char *mep_dtype_name(mep_dtype_t dtype);
+MEP_API const char *mep_op_name(mep_op_t op);
+
+/* root's `count` elements of buf to every rank's buf. */
+MEP_API int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
+                          mep_dtype_t dtype, int root, mep_req_t **req);
+/* Reduction of every rank's send into root's recv (recv unused elsewhere,
+ * may be NULL there). */
+MEP_API int mep_reduce(mep_comm_t *comm, const void *send, void *recv,
+                       size_t count, mep_dtype_t dtype, mep_op_t op, int root,
+                       mep_req_t **req);
+MEP_API int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
+                          size_t count, mep_dtype_t dtype, mep_op_t op,
+                          mep_req_t **req);
+/* `count` elements per rank; recv holds size * count, in rank order. */
+MEP_API int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
+                          size_t count, mep_dtype_t dtype, mep_req_t **req);
+/* send holds size * count; rank r receives the reduction of block r. */
+MEP_API int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
+                               size_t count, mep_dtype_t dtype, mep_op_t op,
+                               mep_req_t **req);
+/* Block p (count elements) of send goes to rank p, and lands as block q of
+ * rank p's recv, q being the sender. */
+MEP_API int mep_alltoall(mep_comm_t *comm, const void *send, void *recv,
+                         size_t count, mep_dtype_t dtype, mep_req_t **req);
+/* Uneven all-to-all: counts and displacements in elements, one per rank. */
+MEP_API int mep_alltoallv(mep_comm_t *comm, const void *send,
+                          const size_t *send_counts, const size_t *send_displs,
+                          void *recv, const size_t *recv_counts,
+                          const size_t *recv_displs, mep_dtype_t dtype,
+                          mep_req_t **req);
+/* Every rank's `count` elements to root's recv (size * count, rank order). */
+MEP_API int mep_gather(mep_comm_t *comm, const void *send, void *recv,
+                       size_t count, mep_dtype_t dtype, int root,
+                       mep_req_t **req);
+/* Block r (count elements) of root's send to rank r's recv. */
+MEP_API int mep_scatter(mep_comm_t *comm, const void *send, void *recv,
+                        size_t count, mep_dtype_t dtype, int root,
+                        mep_req_t **req);
+MEP_API int mep_barrier(mep_comm_t *comm, mep_req_t **req);
+
+/* --------------------------------------------------------- point-to-point
+ * Messages between a pair are matched in order per (peer, tag); any size,
+ * streamed through a ring of slots in the receiver's memory, with no store
+ * round trip. A recv buffer smaller than the message fails the recv with
+ * MEP_ERR_INVALID naming both sizes. */
+MEP_API int mep_send(mep_comm_t *comm, const void *buf, size_t bytes, int peer,
+                     int tag, mep_req_t **req);
+MEP_API int mep_recv(mep_comm_t *comm, void *buf, size_t bytes, int peer,
+                     int tag, mep_req_t **req);
+
 #ifdef __cplusplus
 }
 #endif

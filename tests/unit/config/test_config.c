@@ -188,6 +188,7 @@ static void test_defaults(void) {
       {"core", "timeout_ms", "30000"},
       {"core", "buffer_bytes", "16777216"},
       {"core", "chunk_bytes", "1048576"},
+      {"core", "two_shot_bytes", "262144"},
       {"core", "progress", "adaptive"},
       {"core", "log_level", "warn"},
       {"tcp", "ifname", ""},
@@ -204,7 +205,7 @@ static void test_defaults(void) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK_STR(mep_config_default(want[i][0], want[i][1]), want[i][2]);
-  CHECK(mep__config_key_count() == 18, "table has %zu keys, want 18",
+  CHECK(mep__config_key_count() == 19, "table has %zu keys, want 19",
         mep__config_key_count());
   CHECK(mep_config_default("peer 3", "transport") == NULL, "peer default");
   CHECK(mep__config_key_find("peer 3", "transport") != NULL, "peer key");

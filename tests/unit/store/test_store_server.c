@@ -3,7 +3,12 @@
  * cases[] at the bottom). Values are random from a seed each process can
  * regenerate, so every byte read back is checked against an independent
  * copy. MEP_TEST_SEED=<n> replays a run. Every child is reaped and every
- * wait has a deadline. */
+ * wait has a deadline.
+ * A process forks only while it has no thread besides its own: a server
+ * thread (or any other) could hold a lock, e.g. the allocator's, at the
+ * fork and leave it taken forever in the child. So servers that share a
+ * process with forked clients run in a child of their own, or the clients
+ * are forked before the server thread starts; fork_alone() checks it. */
 #include "mep/mep.h"
 #include "store_proto.h"
 
@@ -17,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,6 +73,36 @@ static void gen(uint8_t *out, size_t n, uint64_t who) {
     x ^= x << 17;
     out[i] = (uint8_t)(x >> 24);
   }
+}
+
+/* Threads of this process, from /proc/self/task. */
+static int thread_count(void) {
+  DIR *d = opendir("/proc/self/task");
+  EXPECT(d, "opendir /proc/self/task: %s", strerror(errno));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* fork(), refused while another thread exists (see the top of the file).
+ * The child dies with its parent, so a failing test leaves no process
+ * behind to hold meson's output pipe open. */
+static pid_t fork_alone(void) {
+  int n = thread_count();
+  EXPECT(n == 1, "fork with %d threads alive: a child could inherit a "
+         "lock that stays taken", n);
+  fflush(NULL);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  EXPECT(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1); /* the parent is already gone */
+  }
+  return pid;
 }
 
 /* Waits for `pid` until the deadline, then kills it. Its exit status, or
@@ -271,13 +308,12 @@ static void multi_child(int me, int port_fd) {
 static void case_multi(void) {
   pid_t pids[NCHILD];
   int fds[NCHILD];
-  fflush(NULL);
-  /* Children are forked before the server thread exists. */
+  /* Children are forked before the server thread exists: they learn its
+   * port through a pipe. */
   for (int i = 0; i < NCHILD; i++) {
     int p[2];
     EXPECT(pipe(p) == 0, "pipe");
-    pids[i] = fork();
-    EXPECT(pids[i] >= 0, "fork: %s", strerror(errno));
+    pids[i] = fork_alone();
     if (pids[i] == 0) {
       close(p[1]);
       multi_child(i, p[0]);
@@ -526,9 +562,8 @@ static void case_stop(void) {
 static void case_killed(void) {
   int p[2];
   EXPECT(pipe(p) == 0, "pipe");
-  fflush(NULL);
-  pid_t pid = fork();
-  EXPECT(pid >= 0, "fork");
+  /* The server in a child, so that it can die by SIGKILL. */
+  pid_t pid = fork_alone();
   if (pid == 0) {
     close(p[0]);
     int port;
@@ -587,11 +622,9 @@ static void case_refused(void) {
          "message: %s", mep_last_error());
 
   /* A server that comes up late is found by the retries. */
-  fflush(NULL);
   int p[2];
   EXPECT(pipe(p) == 0, "pipe");
-  pid_t pid = fork();
-  EXPECT(pid >= 0, "fork");
+  pid_t pid = fork_alone();
   if (pid == 0) {
     close(p[1]);
     sleep_ms(300);
@@ -884,13 +917,15 @@ static void *fake_main(void *arg) {
     case FAKE_BADCODE:
       mep__store_put_u32(code, 5);
       fake_reply(fd, MEP__STORE_ERR, req.seq, 4, code, 4);
-      break;
+      continue; /* a well-formed frame: the client keeps the connection */
     case FAKE_SHORT:
       fake_reply(fd, MEP__STORE_OK, req.seq, 100, "0123456789", 10);
       break;
     case FAKE_CHECK2:
+      /* A well-formed frame with a bad value: the client keeps the
+       * connection, so closing it here would race its next request. */
       fake_reply(fd, MEP__STORE_OK, req.seq, 2, "\1\1", 2);
-      break;
+      continue;
     case FAKE_OK:
       fake_reply(fd, MEP__STORE_OK, req.seq, 0, NULL, 0);
       continue; /* a good answer keeps the connection */

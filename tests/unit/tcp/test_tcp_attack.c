@@ -5,9 +5,13 @@
  * wrong ranks or socket, a silent client, and, with the right secret
  * claiming rank 0, writes outside the region, to an unknown region, with a
  * wrapping offset, an unknown type, an unaligned signal, a wrong sequence
- * number. Each connection must be closed by the host; the bad messages must
- * be reported as {NONE, MEP_ERR_BOUNDS or MEP_ERR_PROTOCOL, peer 0}, the
- * unauthenticated ones not at all; the region must never change. Then a
+ * number, a malformed goodbye. Each connection must be closed by the host;
+ * the bad messages must be reported as {NONE, MEP_ERR_BOUNDS or
+ * MEP_ERR_PROTOCOL, peer 0}, the unauthenticated ones not at all, a good
+ * goodbye as {NONE, MEP_ERR_CLOSED, 0}; the region must never change. With
+ * 2 sockets per peer: a goodbye on each is a close, data after a goodbye
+ * or a signal left waiting at the last goodbye a protocol error, a goodbye
+ * on one socket and an end without one on the other a failure. Then a
  * second pair of contexts connects properly and moves random data both
  * ways. The host is driven by one-byte commands over a socketpair.
  */
@@ -83,8 +87,8 @@ static void host_poll(host_t *H) {
 }
 
 /* A fresh context and region; sends the address and rkey blobs. */
-static void host_start(host_t *H, int cfd) {
-  tt_open(&H->h, 1, 2, H->secret, sizeof H->secret, 1, "lo",
+static void host_start(host_t *H, int cfd, int nsock) {
+  tt_open(&H->h, 1, 2, H->secret, sizeof H->secret, nsock, "lo",
           HOST_TIMEOUT_MS);
   tt_fill(H->region, tt_seed(), 0, REGION_LEN);
   memcpy(H->copy, H->region, REGION_LEN);
@@ -172,7 +176,7 @@ static void host_main(int cfd, const uint8_t *secret) {
   H.region = malloc(REGION_LEN);
   H.copy = malloc(REGION_LEN);
   TT_CHECK(H.region && H.copy, "out of memory");
-  host_start(&H, cfd);
+  host_start(&H, cfd, 1);
   double deadline = tt_now() + 120;
   for (;;) {
     host_poll(&H);
@@ -191,8 +195,9 @@ static void host_main(int cfd, const uint8_t *secret) {
       tt_send(cfd, &ok, 1);
       break;
     case 'R': /* a fresh context */
+    case 'D': /* a fresh context with 2 sockets per peer */
       host_stop(&H);
-      host_start(&H, cfd);
+      host_start(&H, cfd, cmd == 'D' ? 2 : 1);
       break;
     case 'N': { /* the well-behaved exchange */
       uint8_t s2[16];
@@ -358,6 +363,94 @@ static void bad_message(tester_t *T, const char *what, const uint8_t *msg,
   get_blobs(T);
 }
 
+/* Authenticated as rank 0 on socket idx of a host with nsock sockets per
+ * peer. */
+static int join(tester_t *T, uint32_t idx, uint32_t nsock, const char *what) {
+  int fd = dial(T);
+  uint8_t hs[24 + 32], ack[16];
+  send_some(fd, hs, hello(hs, 0, 1, idx, nsock, T->secret, sizeof T->secret));
+  size_t got = 0;
+  while (got < sizeof ack) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    TT_CHECK(poll(&pf, 1, 5000) > 0, "%s: no ack", what);
+    ssize_t r = recv(fd, ack + got, sizeof ack - got, 0);
+    TT_CHECK(r > 0, "%s: the host refused the right secret", what);
+    got += (size_t)r;
+  }
+  TT_CHECK(!memcmp(ack, "MEPK", 4) && rd(ack + 12, 4) == idx &&
+               rd(ack + 6, 2) == nsock,
+           "%s: malformed ack", what);
+  return fd;
+}
+
+/* Both sockets of a host with 2 sockets per peer: m0 on socket 0, then m1
+ * on socket 1, then, with hang_up, both closed by us. The host closes both
+ * and reports {NONE, want, 0} once; the region never changes. */
+static void two_socket_case(tester_t *T, const char *what, const uint8_t *m0,
+                            size_t n0, const uint8_t *m1, size_t n1,
+                            int hang_up, int want) {
+  cmd(T, 'D');
+  get_blobs(T);
+  int fd[2] = {join(T, 0, 2, what), join(T, 1, 2, what)};
+  send_some(fd[0], m0, n0);
+  send_some(fd[1], m1, n1);
+  for (int i = 0; i < 2; i++) {
+    if (hang_up)
+      close(fd[i]);
+    else
+      expect_closed(fd[i], 3.0, NULL, 0, what);
+  }
+  mep_tp_completion_t c[MAXC];
+  int k = 0;
+  double deadline = tt_now() + 3.0;
+  while (k == 0 && tt_now() < deadline) k = fetch(T, c);
+  TT_CHECK(k == 1 && c[0].token == MEP_TP_TOKEN_NONE && c[0].peer == 0 &&
+               c[0].status == want,
+           "%s: %d completions, first {%" PRIu64 ", %d, peer %d}, want "
+           "{NONE, %d, 0}", what, k, k ? c[0].token : 0, k ? c[0].status : 0,
+           k ? c[0].peer : -1, want);
+  usleep(100 * 1000);
+  TT_CHECK(fetch(T, c) == 0, "%s: more completions", what);
+  expect_untouched(T, what);
+  printf("ok: %s (status %d)\n", what, want);
+}
+
+static void goodbyes(tester_t *T) {
+  uint8_t m[32 + 4096 + 32];
+  uint32_t R = T->region;
+  header(m, 3, 0, 0, R, 0, 0, 0);
+  bad_message(T, "goodbye naming a region", m, 32, MEP_ERR_PROTOCOL);
+  header(m, 3, 0, 0, 0, 0, 5, 0);
+  bad_message(T, "goodbye with a value", m, 32, MEP_ERR_PROTOCOL);
+  header(m, 3, 0, 0, 0, 0, 0, 1);
+  bad_message(T, "goodbye with a wrong sequence number", m, 32,
+              MEP_ERR_PROTOCOL);
+  header(m, 3, 0, 0, 0, 0, 0, 0);
+  bad_message(T, "a goodbye", m, 32, MEP_ERR_CLOSED);
+
+  uint8_t bye[32], m1[32 + 32 + 64];
+  header(bye, 3, 0, 0, 0, 0, 0, 0);
+  two_socket_case(T, "a goodbye on each socket", bye, 32, bye, 32, 0,
+                  MEP_ERR_CLOSED);
+  two_socket_case(T, "a goodbye on one socket, then hung up", NULL, 0, bye,
+                  32, 1, MEP_ERR_PEER_FAILED);
+  memcpy(m1, bye, 32);
+  header(m1 + 32, 1, 0, 0, R, 0, 64, 0);
+  memset(m1 + 64, 0xCD, 64);
+  two_socket_case(T, "a write after a goodbye", NULL, 0, m1, sizeof m1, 0,
+                  MEP_ERR_PROTOCOL);
+  /* a signal on socket 0 that waits for a message on socket 1, then
+   * goodbyes on both, without that message: the signal never applies */
+  header(m, 2, 0, 2, R, 8, 77, 0);
+  le(m + 32, 0, 8);
+  le(m + 40, 1, 8);
+  header(m + 48, 3, 0, 0, 0, 0, 0, 1);
+  two_socket_case(T, "goodbyes while a signal waits", m, 80, bye, 32, 0,
+                  MEP_ERR_PROTOCOL);
+  cmd(T, 'R');
+  get_blobs(T);
+}
+
 static void attack(tester_t *T) {
   uint8_t b[4096];
   const uint8_t *S = T->secret;
@@ -420,6 +513,7 @@ static void attack(tester_t *T) {
   header(m, 2, 0, 1, R, 8, 77, 0);
   le(m + 32, 3, 8);
   bad_message(T, "signal with a wrong count", m, 40, MEP_ERR_PROTOCOL);
+  goodbyes(T);
 }
 
 int main(int argc, char **argv) {

@@ -2,8 +2,9 @@
  * test_tcp_wire - the tcp transport's wire decoders and validators, without
  * sockets: hand-built good messages, every field wrong, boundary offsets and
  * lengths, truncated and wrong-secret handshakes, and a fuzz loop that
- * mutates valid headers and compares the validator with a naive predicate
- * written here from the format description alone.
+ * mutates valid headers (writes, signals and goodbyes) and compares the
+ * validator with a naive predicate written here from the format description
+ * alone.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -86,8 +87,10 @@ static int naive(const uint8_t *h, uint64_t seq, unsigned nsock) {
   uint32_t region = (uint32_t)rd(h + 4, 4);
   uint64_t off = rd(h + 8, 8), lv = rd(h + 16, 8), s = rd(h + 24, 8);
   int bad = 0;
-  if (type != 1 && type != 2) return 1 << PROTO;
+  if (type < 1 || type > 3) return 1 << PROTO;
   if (s != seq) bad |= 1 << PROTO;
+  if (type == 3) /* goodbye: no region, every other field zero */
+    return op || count || region || off || lv ? 1 << PROTO : bad;
   int known = 0;
   uint64_t rlen = 0;
   for (size_t i = 0; i < NREG; i++)
@@ -165,6 +168,27 @@ static void test_messages(void) {
   CHECK(check(h, 32, 9, 3, why, sizeof why) == 0, "signal set: %s", why);
   hdr(h, 2, 1, 1, 5, 0, UINT64_MAX, 0);
   CHECK(check(h, 32, 0, 1, why, sizeof why) == 0, "signal add: %s", why);
+  /* good goodbyes: any sequence number, any sockets per peer; the encoder
+   * writes the same bytes */
+  hdr(h, 3, 0, 0, 0, 0, 0, 0);
+  CHECK(check(h, 32, 0, 1, why, sizeof why) == 0, "goodbye: %s", why);
+  hdr(h, 3, 0, 0, 0, 0, 0, UINT64_MAX);
+  CHECK(check(h, 32, UINT64_MAX, 16, why, sizeof why) == 0,
+        "goodbye at the last sequence number: %s", why);
+  hdr(h, 3, 0, 0, 0, 0, 0, 12345);
+  mep__tcp_msg_t bye = {.type = MEP_TCP_MSG_BYE, .seq = 12345};
+  mep__tcp_msg_encode(enc, &bye);
+  CHECK(MEP_TCP_MSG_BYE == 3 && !memcmp(h, enc, sizeof h),
+        "goodbye encoder differs from the format");
+  CHECK(mep__tcp_msg_check(h, sizeof h, &(mep__tcp_msg_expect_t){
+                               .seq = 12345, .nsock = 2,
+                               .region_len = lookup},
+                           &out, why, sizeof why) == 0 &&
+            out.type == 3 && out.seq == 12345,
+        "goodbye decoded: %s", why);
+  for (size_t n = 0; n < MEP_TCP_HDR_LEN; n++)
+    CHECK(check(h, n, 12345, 1, why, sizeof why) == MEP_ERR_PROTOCOL,
+          "truncated goodbye of %zu bytes accepted", n);
 
   struct {
     const char *what;
@@ -175,7 +199,7 @@ static void test_messages(void) {
     int want;
   } cases[] = {
       {"unknown type 0", 0, 0, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
-      {"unknown type 3", 3, 0, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
+      {"unknown type 4", 4, 0, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
       {"unknown type 255", 255, 0, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
       {"write with op", 1, 1, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
       {"write with count", 1, 0, 1, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
@@ -203,6 +227,16 @@ static void test_messages(void) {
       {"signal count short", 2, 0, 2, 3, 0, 1, 0, 3, MEP_ERR_PROTOCOL},
       {"signal count 0", 2, 0, 0, 3, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
       {"signal unknown region", 2, 0, 1, 8, 0, 1, 0, 1, MEP_ERR_BOUNDS},
+      {"goodbye with op", 3, 1, 0, 0, 0, 0, 0, 1, MEP_ERR_PROTOCOL},
+      {"goodbye with count", 3, 0, 1, 0, 0, 0, 0, 1, MEP_ERR_PROTOCOL},
+      {"goodbye with a region", 3, 0, 0, 3, 0, 0, 0, 1, MEP_ERR_PROTOCOL},
+      {"goodbye with an unknown region", 3, 0, 0, 4, 0, 0, 0, 1,
+       MEP_ERR_PROTOCOL},
+      {"goodbye with an offset", 3, 0, 0, 0, 8, 0, 0, 1, MEP_ERR_PROTOCOL},
+      {"goodbye with a value", 3, 0, 0, 0, 0, 1, 0, 1, MEP_ERR_PROTOCOL},
+      {"goodbye with value 2^63", 3, 0, 0, 0, 0, 1ull << 63, 0, 1,
+       MEP_ERR_PROTOCOL},
+      {"goodbye, wrong sequence", 3, 0, 0, 0, 0, 0, 1, 1, MEP_ERR_PROTOCOL},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     hdr(h, cases[i].type, cases[i].op, cases[i].count, cases[i].region,
@@ -243,14 +277,17 @@ static void test_messages(void) {
 
 /* Mutates valid headers at random and compares with the naive predicate. */
 static void fuzz_messages(int iters) {
-  long accepted = 0, refused = 0;
+  long accepted = 0, refused = 0, byes[2] = {0, 0};
   for (int it = 0; it < iters; it++) {
     uint8_t h[MEP_TCP_HDR_LEN];
     unsigned nsock = 1 + (unsigned)(rnd() % MEP_TCP_MAX_SOCKS);
     uint64_t seq = rnd() % 4 ? rnd() % 1000 : rnd();
     const region_t *r = &regions[rnd() % NREG];
     uint64_t rl = r->len > (1ull << 40) ? (1ull << 40) : r->len;
-    if (rnd() % 2) {
+    uint64_t kind = rnd() % 5;
+    if (kind == 4) {
+      hdr(h, 3, 0, 0, 0, 0, 0, seq);
+    } else if (kind % 2) {
       uint64_t off = rl ? rnd() % (rl + 1) : 0;
       uint64_t len = rl - off ? rnd() % (rl - off + 1) : 0;
       hdr(h, 1, 0, 0, r->id, off, len, seq);
@@ -279,12 +316,15 @@ static void fuzz_messages(int iters) {
       }
     }
     if (naive(h, seq, nsock)) refused++; else accepted++;
+    if (h[0] == 3) byes[naive(h, seq, nsock) != 0]++;
     agree(h, seq, nsock, "fuzz");
     if (failures > 20) return;
   }
   /* both outcomes must be well represented, or the loop tests nothing */
   CHECK(accepted > iters / 10 && refused > iters / 10,
         "fuzz mix: %ld accepted, %ld refused", accepted, refused);
+  CHECK(byes[0] > iters / 50 && byes[1] > iters / 50,
+        "fuzz mix: %ld goodbyes accepted, %ld refused", byes[0], byes[1]);
 }
 
 /* ----------------------------------------------------------- handshake */

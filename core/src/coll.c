@@ -1,0 +1,512 @@
+/* coll.c - executing collective plans on the progress thread. */
+#include "coll.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+#include "log.h"
+#include "reduce.h"
+#include "region.h"
+#include "req.h"
+
+#define HDR_BYTES 64
+#define HDR_MAGIC 0x4c4c4f43u /* "COLL" */
+
+/* The header in front of every chunk; both ends share an architecture. */
+typedef struct chdr {
+  uint64_t seq;    /* collective number on this communicator */
+  uint64_t digest; /* of kind, dtype, op, count, root */
+  uint64_t count;
+  uint64_t total;  /* bytes of this pair's message in this step */
+  uint32_t kind, dtype, op;
+  int32_t root;
+  uint32_t step, chunk;
+  uint32_t sender, magic;
+} chdr_t;
+_Static_assert(sizeof(chdr_t) <= HDR_BYTES, "chunk header too large");
+
+struct mep__coll {
+  size_t chunk, slot;
+  uint8_t *send_stage, *recv_stage; /* [rank][2] slots */
+  uint64_t *sig;                    /* data[rank], then credit[rank] */
+  mep_region_t *rs, *rr, *rg;
+  uint64_t *sent, *consumed;        /* chunk sequence numbers per peer */
+  uint64_t seq;                     /* collectives started */
+  uint8_t *acc;
+  size_t two_shot;                  /* [core] two_shot_bytes */
+};
+
+size_t mep__coll_two_shot(const mep_comm_t *comm) {
+  return comm->coll->two_shot;
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int import_all(mep_comm_t *comm, mep_region_t *r) {
+  for (int p = 0; p < comm->size; p++) {
+    mep__remote_t *rem;
+    if (p == comm->rank) continue;
+    int rc = mep__region_remote(r, p, &rem);
+    if (rc) return rc;
+  }
+  return MEP_OK;
+}
+
+int mep__coll_init(mep_comm_t *comm) {
+  int64_t chunk;
+  int rc = mep__config_int(comm->cfg, "core", "chunk_bytes", 1 << 20, 4096,
+                           (int64_t)1 << 30, &chunk);
+  if (rc) return rc;
+  int64_t two_shot;
+  rc = mep__config_int(comm->cfg, "core", "two_shot_bytes", 262144, 0,
+                       INT64_MAX, &two_shot);
+  if (rc) return rc;
+  struct mep__coll *c = calloc(1, sizeof *c);
+  if (!c) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  comm->coll = c;
+  c->two_shot = (size_t)two_shot;
+  size_t n = (size_t)comm->size;
+  c->chunk = (size_t)chunk & ~(size_t)63;
+  c->slot = HDR_BYTES + c->chunk;
+  c->send_stage = malloc(n * 2 * c->slot);
+  c->recv_stage = malloc(n * 2 * c->slot);
+  c->sig = calloc(2 * n, sizeof *c->sig);
+  c->sent = calloc(n, sizeof *c->sent);
+  c->consumed = calloc(n, sizeof *c->consumed);
+  c->acc = malloc(2 * c->chunk); /* float16 accumulates in float32 */
+  if (!c->send_stage || !c->recv_stage || !c->sig || !c->sent ||
+      !c->consumed || !c->acc)
+    return mep__err(MEP_ERR_NOMEM, "collective staging of %zu bytes",
+                    n * 4 * c->slot);
+  rc = mep_region_register(comm, c->send_stage, n * 2 * c->slot,
+                           MEP_MEM_HOST, &c->rs);
+  if (rc == MEP_OK)
+    rc = mep_region_register(comm, c->recv_stage, n * 2 * c->slot,
+                             MEP_MEM_HOST, &c->rr);
+  if (rc == MEP_OK)
+    rc = mep_region_register(comm, c->sig, 2 * n * sizeof *c->sig,
+                             MEP_MEM_HOST, &c->rg);
+  if (rc == MEP_OK) rc = import_all(comm, c->rr);
+  if (rc == MEP_OK) rc = import_all(comm, c->rg);
+  return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
+}
+
+void mep__coll_fini(mep_comm_t *comm) {
+  struct mep__coll *c = comm->coll;
+  if (!c) return;
+  mep_region_deregister(c->rs);
+  mep_region_deregister(c->rr);
+  mep_region_deregister(c->rg);
+  free(c->send_stage);
+  free(c->recv_stage);
+  free(c->sig);
+  free(c->sent);
+  free(c->consumed);
+  free(c->acc);
+  free(c);
+  comm->coll = NULL;
+}
+
+/* -------------------------------------------------------------- plans */
+
+int mep__step_alloc(mep__step_t *st, int size) {
+  size_t n = (size_t)size;
+  memset(st, 0, sizeof *st);
+  st->send_to = calloc(n, 1);
+  st->sptr = calloc(n, sizeof *st->sptr);
+  st->sbytes = calloc(n, sizeof *st->sbytes);
+  st->recv_from = calloc(n, 1);
+  st->rptr = calloc(n, sizeof *st->rptr);
+  st->rbytes = calloc(n, sizeof *st->rbytes);
+  if (st->send_to && st->sptr && st->sbytes && st->recv_from && st->rptr &&
+      st->rbytes)
+    return MEP_OK;
+  return mep__err(MEP_ERR_NOMEM, "out of memory");
+}
+
+void mep__plan_free(mep__plan_t *plan) {
+  for (int i = 0; i < 2; i++) {
+    mep__step_t *st = &plan->steps[i];
+    free(st->send_to);
+    free((void *)st->sptr);
+    free(st->sbytes);
+    free(st->recv_from);
+    free(st->rptr);
+    free(st->rbytes);
+  }
+  for (int i = 0; i < 4; i++) free(plan->owned[i]);
+  memset(plan, 0, sizeof *plan);
+}
+
+static const char *const kind_names[] = {
+    "broadcast", "reduce",  "allreduce", "allgather", "reduce_scatter",
+    "alltoall",  "alltoallv", "gather",  "scatter",   "barrier"};
+
+static uint64_t digest_of(const mep__plan_t *p) {
+  uint64_t h = 1469598103934665603ull, v[5] = {
+      (uint64_t)p->kind, (uint64_t)p->dtype, (uint64_t)p->op, p->count,
+      (uint64_t)(int64_t)p->root};
+  for (int i = 0; i < 5; i++) h = (h ^ v[i]) * 1099511628211ull;
+  return h;
+}
+
+/* "allreduce(float32, sum, count 100)" */
+static void describe(char *buf, size_t len, uint32_t kind, uint32_t dtype,
+                     uint32_t op, uint64_t count, int32_t root) {
+  const char *k = kind < sizeof kind_names / sizeof *kind_names
+                      ? kind_names[kind] : "?";
+  const char *d = mep_dtype_name((mep_dtype_t)dtype);
+  int n = snprintf(buf, len, "%s(%s", k, d ? d : "?");
+  if (kind == MEP__COLL_REDUCE || kind == MEP__COLL_ALLREDUCE ||
+      kind == MEP__COLL_REDUCE_SCATTER)
+    n += snprintf(buf + n, len - (size_t)n, ", %s",
+                  mep_op_name((mep_op_t)op) ? mep_op_name((mep_op_t)op) : "?");
+  n += snprintf(buf + n, len - (size_t)n, ", count %llu",
+                (unsigned long long)count);
+  if (root >= 0) n += snprintf(buf + n, len - (size_t)n, ", root %d", root);
+  snprintf(buf + n, len - (size_t)n, ")");
+}
+
+/* ------------------------------------------------------------ execution */
+
+typedef struct op {
+  mep__plan_t plan;
+  int step, started;
+  size_t sj, rj;   /* send and receive cursors: chunk index ... */
+  int sk, rs;      /* ... and peer */
+  size_t smax, rmax; /* chunks of the longest message of the step */
+  uint64_t seq, digest, deadline;
+  char waiting[160];
+} op_t;
+
+static size_t nchunks(const struct mep__coll *c, size_t bytes) {
+  return bytes ? (bytes + c->chunk - 1) / c->chunk : 1;
+}
+
+static size_t chunk_len(const struct mep__coll *c, size_t total, size_t j) {
+  size_t off = j * c->chunk;
+  return total - off < c->chunk ? total - off : c->chunk;
+}
+
+static uint8_t *stage(const struct mep__coll *c, uint8_t *base, int peer,
+                      uint64_t seq) {
+  return base + ((size_t)peer * 2 + (seq & 1)) * c->slot;
+}
+
+static size_t stage_off(const struct mep__coll *c, int peer, uint64_t seq) {
+  return ((size_t)peer * 2 + (seq & 1)) * c->slot;
+}
+
+static uint64_t load(const uint64_t *w) {
+  return __atomic_load_n(w, __ATOMIC_ACQUIRE);
+}
+
+static int fail(mep_req_t *req, int code, const char *fmt, ...)
+    MEP_PRINTF(3, 4);
+static int fail(mep_req_t *req, int code, const char *fmt, ...) {
+  op_t *o = req->impl;
+  char what[96], msg[400];
+  describe(what, sizeof what, (uint32_t)o->plan.kind, (uint32_t)o->plan.dtype,
+           (uint32_t)o->plan.op, o->plan.count, o->plan.root);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  mep__req_set(req, code, "rank %d: %s: %s", req->comm->rank, what, msg);
+  return 1;
+}
+
+static int peer_dead(mep_comm_t *comm, int p) {
+  return atomic_load(&comm->peers[p].failed);
+}
+
+static int release(mep_comm_t *comm, int s);
+static int mismatch(mep_req_t *req, int s, const chdr_t *h);
+
+/* Sends chunk j of the current step to p: 1 sent, 0 blocked, <0 error. */
+static int send_chunk(mep_req_t *req, int p, size_t j) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  uint64_t seq = c->sent[p] + 1;
+  if (load(&c->sig[comm->size + p]) + 2 < seq) {
+    snprintf(o->waiting, sizeof o->waiting, "waiting for rank %d to free "
+             "a staging slot (chunk %zu of step %d)", p, j, o->step);
+    return peer_dead(comm, p) ? MEP_ERR_PEER_FAILED : 0;
+  }
+  size_t total = st->sbytes[p], len = chunk_len(c, total, j);
+  uint8_t *slot = stage(c, c->send_stage, p, seq);
+  chdr_t h = {.seq = o->seq, .digest = o->digest, .count = o->plan.count,
+              .total = total, .kind = (uint32_t)o->plan.kind,
+              .dtype = (uint32_t)o->plan.dtype, .op = (uint32_t)o->plan.op,
+              .root = o->plan.root, .step = (uint32_t)o->step,
+              .chunk = (uint32_t)j, .sender = (uint32_t)comm->rank,
+              .magic = HDR_MAGIC};
+  memcpy(slot, &h, sizeof h);
+  if (len) memcpy(slot + HDR_BYTES, st->sptr[p] + j * c->chunk, len);
+  size_t off = stage_off(c, p, seq), roff = stage_off(c, comm->rank, seq);
+  int rc = mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES + len);
+  if (rc == MEP_OK)
+    rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
+                    MEP_SIGNAL_SET);
+  if (rc) return rc;
+  c->sent[p] = seq;
+  return 1;
+}
+
+/* The header of the next chunk from s, once it is there: 1 ready (*hdr and
+ * *payload set), 0 not yet, <0 error (request failed). */
+static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
+                      const uint8_t **payload) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  uint64_t seq = c->consumed[s] + 1;
+  if (load(&c->sig[s]) < seq) {
+    snprintf(o->waiting, sizeof o->waiting, "waiting for chunk %zu of step "
+             "%d from rank %d", j, o->step, s);
+    return peer_dead(comm, s) ? MEP_ERR_PEER_FAILED : 0;
+  }
+  const uint8_t *slot = stage(c, c->recv_stage, s, seq);
+  chdr_t h;
+  memcpy(&h, slot, sizeof h);
+  if (h.magic != HDR_MAGIC || h.sender != (uint32_t)s) {
+    fail(req, MEP_ERR_PROTOCOL, "chunk from rank %d has a bad header "
+         "(magic %#x, sender %u)", s, h.magic, h.sender);
+    return MEP_ERR_PROTOCOL;
+  }
+  if (h.seq != o->seq || h.digest != o->digest) {
+    /* A chunk of an earlier collective was never expected here: take it
+     * out of the way, so the next collective starts clean. */
+    if (h.seq < o->seq) release(comm, s);
+    return mismatch(req, s, &h);
+  }
+  if (h.total != expect || h.step != (uint32_t)o->step ||
+      h.chunk != (uint32_t)j) {
+    fail(req, MEP_ERR_MISMATCH, "rank %d sends %llu bytes in step %u but "
+         "this rank expects %zu bytes from it in step %d", s,
+         (unsigned long long)h.total, h.step, expect, o->step);
+    return MEP_ERR_MISMATCH;
+  }
+  *payload = slot + HDR_BYTES;
+  return 1;
+}
+
+/* A collective whose ranks disagree: names both calls. */
+static int mismatch(mep_req_t *req, int s, const chdr_t *h) {
+  op_t *o = req->impl;
+  char mine[96], theirs[96];
+  describe(mine, sizeof mine, (uint32_t)o->plan.kind, (uint32_t)o->plan.dtype,
+           (uint32_t)o->plan.op, o->plan.count, o->plan.root);
+  describe(theirs, sizeof theirs, h->kind, h->dtype, h->op, h->count,
+           h->root);
+  if (h->seq == o->seq)
+    mep__req_set(req, MEP_ERR_MISMATCH, "rank %d called %s but rank %d "
+                 "called %s", req->comm->rank, mine, s, theirs);
+  else
+    mep__req_set(req, MEP_ERR_MISMATCH, "rank %d, in collective #%llu %s, "
+                 "holds data rank %d sent in its collective #%llu %s, which "
+                 "rank %d did not expect", req->comm->rank,
+                 (unsigned long long)o->seq, mine, s,
+                 (unsigned long long)h->seq, theirs, req->comm->rank);
+  return MEP_ERR_MISMATCH;
+}
+
+/* After the last step: data that arrived from a rank this one expected
+ * nothing from, in this collective or an earlier one, means the ranks
+ * disagreed (a different root, say). */
+static int check_strays(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  for (int s = 0; s < comm->size; s++) {
+    uint64_t seq = c->consumed[s] + 1;
+    if (s == comm->rank || load(&c->sig[s]) < seq) continue;
+    chdr_t h;
+    memcpy(&h, stage(c, c->recv_stage, s, seq), sizeof h);
+    if (h.magic != HDR_MAGIC || h.seq > o->seq) continue; /* next one's */
+    release(comm, s);
+    return mismatch(req, s, &h);
+  }
+  return MEP_OK;
+}
+
+/* Returns the slot to s: the sender may reuse it. A sender that is gone
+ * needs no credit; what it sent before is still good. */
+static int release(mep_comm_t *comm, int s) {
+  struct mep__coll *c = comm->coll;
+  uint64_t seq = ++c->consumed[s];
+  int rc = mep_signal(comm, s, c->rg, (size_t)(comm->size + comm->rank) * 8,
+                      seq, MEP_SIGNAL_SET);
+  return rc == MEP_ERR_CLOSED || rc == MEP_ERR_PEER_FAILED ? MEP_OK : rc;
+}
+
+/* Copy mode: chunk j from s into place. */
+static int recv_copy(mep_req_t *req, int s, size_t j) {
+  struct mep__coll *c = req->comm->coll;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  const uint8_t *payload;
+  int rc = chunk_from(req, s, j, st->rbytes[s], &payload);
+  if (rc <= 0) return rc;
+  size_t len = chunk_len(c, st->rbytes[s], j);
+  if (len) memcpy(st->rptr[s] + j * c->chunk, payload, len);
+  rc = release(req->comm, s);
+  return rc ? rc : 1;
+}
+
+/* Reduce mode: contribution of s to chunk j, in rank order. */
+static int recv_reduce(mep_req_t *req, int s, size_t j) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  size_t len = chunk_len(c, st->rlen, j), n = len / mep_dtype_size(o->plan.dtype);
+  const uint8_t *src = st->rself + j * c->chunk;
+  if (s != comm->rank) {
+    int rc = chunk_from(req, s, j, st->rlen, &src);
+    if (rc <= 0) return rc;
+  }
+  if (s == 0)
+    mep__acc_load(o->plan.dtype, c->acc, src, n);
+  else
+    mep__acc_combine(o->plan.dtype, o->plan.op, c->acc, src, n);
+  if (s != comm->rank) {
+    int rc = release(comm, s);
+    if (rc) return rc;
+  }
+  if (s == comm->size - 1)
+    mep__acc_store(o->plan.dtype, o->plan.op, c->acc,
+                   st->rout + j * c->chunk, n, comm->size);
+  return 1;
+}
+
+/* Whether this rank combines contributions in the step; other ranks of a
+ * reduce step may still receive plain messages. */
+static int reducing(const mep__step_t *st) {
+  return st->reduce && st->reduce_here;
+}
+
+static void start_step(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  int me = comm->rank;
+  o->sj = o->rj = 0;
+  o->sk = 1;
+  o->rs = 0;
+  o->smax = o->rmax = 0;
+  for (int p = 0; p < comm->size; p++) {
+    if (p != me && st->send_to[p] && nchunks(c, st->sbytes[p]) > o->smax)
+      o->smax = nchunks(c, st->sbytes[p]);
+    if (!reducing(st) && p != me && st->recv_from[p] &&
+        nchunks(c, st->rbytes[p]) > o->rmax)
+      o->rmax = nchunks(c, st->rbytes[p]);
+  }
+  if (reducing(st)) o->rmax = nchunks(c, st->rlen);
+  if (!reducing(st) && st->send_to[me] && st->recv_from[me] && st->sbytes[me])
+    memmove(st->rptr[me], st->sptr[me], st->sbytes[me]);
+  o->started = 1;
+}
+
+/* Moves the send cursor as far as credits allow: progress made, or <0. */
+static int pump_sends(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  int moved = 0;
+  while (o->sj < o->smax) {
+    int p = (comm->rank + o->sk) % comm->size;
+    if (st->send_to[p] && o->sj < nchunks(comm->coll, st->sbytes[p])) {
+      int rc = send_chunk(req, p, o->sj);
+      if (rc <= 0) return rc < 0 ? rc : moved;
+      moved = 1;
+    }
+    if (++o->sk == comm->size) o->sk = 1, o->sj++;
+  }
+  return moved;
+}
+
+static int pump_recvs(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  int moved = 0;
+  while (o->rj < o->rmax) {
+    int s = o->rs, rc = 0, wanted;
+    if (reducing(st))
+      wanted = 1;
+    else
+      wanted = s != comm->rank && st->recv_from[s] &&
+               o->rj < nchunks(comm->coll, st->rbytes[s]);
+    if (wanted) {
+      rc = reducing(st) ? recv_reduce(req, s, o->rj)
+                        : recv_copy(req, s, o->rj);
+      if (rc <= 0) return rc < 0 ? rc : moved;
+      moved = 1;
+    }
+    if (++o->rs == comm->size) o->rs = 0, o->rj++;
+  }
+  return moved;
+}
+
+static int advance(mep_req_t *req) {
+  op_t *o = req->impl;
+  int moved = 0;
+  if (!o->seq) { /* its turn came: collectives start in call order */
+    o->seq = ++req->comm->coll->seq;
+    o->deadline = mep__now_ms() + (uint64_t)req->comm->timeout_ms;
+    mep__debug("%s #%llu: %s", kind_names[o->plan.kind],
+               (unsigned long long)o->seq, o->plan.algo);
+  }
+  while (o->step < o->plan.nsteps) {
+    if (!o->started) start_step(req);
+    int s = pump_sends(req);
+    int r = s < 0 ? 0 : pump_recvs(req);
+    if (s < 0 || r < 0) {
+      int rc = s < 0 ? s : r;
+      if (req->status < 0) return 1; /* already described */
+      return fail(req, rc, "%s", rc == MEP_ERR_PEER_FAILED
+                                     ? o->waiting : mep_last_error());
+    }
+    moved |= s | r;
+    if (o->sj < o->smax || o->rj < o->rmax) break;
+    o->step++;
+    o->started = 0;
+  }
+  if (o->step == o->plan.nsteps) {
+    if (check_strays(req) == MEP_OK) mep__req_set(req, MEP_OK, NULL);
+    return 1;
+  }
+  if (mep__now_ms() >= o->deadline)
+    return fail(req, MEP_ERR_TIMEOUT, "%s: still %s after %d ms",
+                o->plan.algo, o->waiting, req->comm->timeout_ms);
+  return moved ? 2 : 0;
+}
+
+static void cleanup(mep_req_t *req) {
+  op_t *o = req->impl;
+  mep__plan_free(&o->plan);
+  free(o);
+}
+
+int mep__coll_start(mep_comm_t *comm, mep__plan_t *plan, mep_req_t **out) {
+  op_t *o = calloc(1, sizeof *o);
+  mep_req_t *req = o ? mep__req_new(comm, MEP__REQ_COLL, advance, o, cleanup)
+                     : NULL;
+  if (!req) {
+    free(o);
+    mep__plan_free(plan);
+    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  }
+  o->plan = *plan;
+  memset(plan, 0, sizeof *plan);
+  o->digest = digest_of(&o->plan);
+  return mep__req_start(req, out);
+}

@@ -1,0 +1,491 @@
+/* plan.c - the collectives of mep.h as plans: which messages each rank
+ * sends and receives in each step, and where they land. The engine
+ * (coll.c) only executes plans. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "error.h"
+#include "reduce.h"
+
+typedef struct args {
+  mep_comm_t *comm;
+  const char *fn;
+  int me, n;
+  size_t ds; /* dtype size */
+} args_t;
+
+static int check_comm(mep_comm_t *comm, const char *fn) {
+  if (!comm) return mep__err(MEP_ERR_INVALID, "%s: NULL communicator", fn);
+  if (!comm->coll)
+    return mep__err(MEP_ERR_INVALID, "%s: communicator has no collective "
+                    "staging", fn);
+  return MEP_OK;
+}
+
+static int check(args_t *a, mep_comm_t *comm, const char *fn,
+                 mep_dtype_t dtype, int root, int needs_root) {
+  int rc = check_comm(comm, fn);
+  if (rc) return rc;
+  a->comm = comm;
+  a->fn = fn;
+  a->me = comm->rank;
+  a->n = comm->size;
+  a->ds = mep_dtype_size(dtype);
+  if (!a->ds) return mep__err(MEP_ERR_INVALID, "%s: unknown dtype %d", fn,
+                              (int)dtype);
+  if (needs_root && (root < 0 || root >= comm->size))
+    return mep__err(MEP_ERR_INVALID, "%s: root %d is not in [0, %d)", fn,
+                    root, comm->size);
+  return MEP_OK;
+}
+
+/* count * dtype size * factor, refusing overflow. */
+static int bytes_of(const args_t *a, size_t count, size_t factor,
+                    size_t *out) {
+  if (count && (a->ds > SIZE_MAX / count || count * a->ds > SIZE_MAX / factor))
+    return mep__err(MEP_ERR_INVALID, "%s: count %zu overflows", a->fn, count);
+  *out = count * a->ds * factor;
+  return MEP_OK;
+}
+
+static int need(const args_t *a, const void *p, size_t bytes,
+                const char *what) {
+  if (!p && bytes)
+    return mep__err(MEP_ERR_INVALID, "%s: %s is NULL", a->fn, what);
+  return MEP_OK;
+}
+
+static int plan_init(mep__plan_t *p, const args_t *a, int kind,
+                     mep_dtype_t dtype, mep_op_t op, size_t count, int root,
+                     const char *algo, int nsteps) {
+  memset(p, 0, sizeof *p);
+  p->kind = kind;
+  p->dtype = dtype;
+  p->op = op;
+  p->count = count;
+  p->root = root;
+  p->algo = algo;
+  p->nsteps = nsteps;
+  for (int i = 0; i < nsteps; i++) {
+    int rc = mep__step_alloc(&p->steps[i], a->n);
+    if (rc) {
+      mep__plan_free(p);
+      return rc;
+    }
+  }
+  return MEP_OK;
+}
+
+static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
+  const char *x = a, *y = b;
+  return alen && blen && x < y + blen && y < x + alen;
+}
+
+/* A private copy of the input when it shares memory with the output
+ * (in place): the engine reads inputs after writing outputs. */
+static int private_input(mep__plan_t *p, const args_t *a, const void **send,
+                         size_t sbytes, const void *recv, size_t rbytes) {
+  if (!overlap(*send, sbytes, recv, rbytes)) return MEP_OK;
+  void *copy = malloc(sbytes);
+  if (!copy) return mep__err(MEP_ERR_NOMEM, "%s: out of memory for the "
+                             "in-place copy of %zu bytes", a->fn, sbytes);
+  memcpy(copy, *send, sbytes);
+  for (int i = 0; i < 4; i++)
+    if (!p->owned[i]) {
+      p->owned[i] = copy;
+      break;
+    }
+  *send = copy;
+  return MEP_OK;
+}
+
+static int run(mep_comm_t *comm, mep__plan_t *p, int rc, mep_req_t **req) {
+  if (rc) {
+    mep__plan_free(p);
+    return rc;
+  }
+  return mep__coll_start(comm, p, req);
+}
+
+/* First element of block b when `count` is split into n blocks (without
+ * overflowing count * b). */
+static size_t block_start(size_t count, int b, int n) {
+  size_t q = count / (size_t)n, r = count % (size_t)n;
+  return q * (size_t)b + r * (size_t)b / (size_t)n;
+}
+
+/* Step: every rank's `send` to every other rank, landing at
+ * recv + p * bytes (the all-gather pattern). */
+static void all_to_all_blocks(mep__step_t *st, const args_t *a,
+                              const uint8_t *send, size_t sstride,
+                              uint8_t *recv, size_t bytes) {
+  for (int p = 0; p < a->n; p++) {
+    st->send_to[p] = st->recv_from[p] = 1;
+    st->sptr[p] = send + (size_t)p * sstride;
+    st->sbytes[p] = st->rbytes[p] = bytes;
+    st->rptr[p] = recv + (size_t)p * bytes;
+  }
+}
+
+/* In rooted collectives data flows one way. Zero-length messages between
+ * every other pair let every rank check that all agree on the call: a rank
+ * naming another root gets MEP_ERR_MISMATCH instead of a silent success or
+ * a timeout. The price is that a rooted collective ends on a rank only once
+ * every rank joined it. */
+static void complete_pairs(mep__step_t *st, const args_t *a) {
+  for (int q = 0; q < a->n; q++) {
+    if (q == a->me) continue;
+    if (!st->send_to[q]) {
+      st->send_to[q] = 1;
+      st->sptr[q] = NULL;
+      st->sbytes[q] = 0;
+    }
+    if (!(st->reduce && st->reduce_here) && !st->recv_from[q]) {
+      st->recv_from[q] = 1;
+      st->rptr[q] = NULL;
+      st->rbytes[q] = 0;
+    }
+  }
+}
+
+/* ------------------------------------------------------- reductions */
+
+/* Contributions of every rank reduced at `root` (all of count), or with
+ * root -1 block p of the count at rank p (the reduce-scatter pattern). */
+static void reduce_step(mep__step_t *st, const args_t *a, const uint8_t *send,
+                        uint8_t *recv, size_t count, int root) {
+  for (int p = 0; p < a->n; p++) {
+    if (p == a->me || (root >= 0 && p != root)) continue;
+    size_t b0 = root >= 0 ? 0 : block_start(count, p, a->n);
+    size_t b1 = root >= 0 ? count : block_start(count, p + 1, a->n);
+    st->send_to[p] = 1;
+    st->sptr[p] = send + b0 * a->ds;
+    st->sbytes[p] = (b1 - b0) * a->ds;
+  }
+  st->reduce = 1;
+  if (root >= 0 && root != a->me) return;
+  size_t b0 = root >= 0 ? 0 : block_start(count, a->me, a->n);
+  size_t b1 = root >= 0 ? count : block_start(count, a->me + 1, a->n);
+  st->reduce_here = 1;
+  st->rself = send + b0 * a->ds;
+  st->rout = recv + b0 * a->ds;
+  st->rlen = (b1 - b0) * a->ds;
+}
+
+int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, mep_op_t op,
+                  mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0;
+  int rc = check(&a, comm, "mep_allreduce", dtype, -1, 0);
+  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
+  if (rc) return rc;
+  int two = bytes > mep__coll_two_shot(comm) && count >= (size_t)a.n;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_ALLREDUCE, dtype, op, count, -1,
+                 two ? "two-shot" : "one-shot", two ? 2 : 1);
+  if (rc) return rc;
+  rc = private_input(&p, &a, &send, bytes, recv, bytes);
+  if (rc == MEP_OK && !two) {
+    mep__step_t *st = &p.steps[0];
+    st->reduce = st->reduce_here = 1;
+    for (int q = 0; q < a.n; q++) {
+      st->send_to[q] = q != a.me;
+      st->sptr[q] = send;
+      st->sbytes[q] = bytes;
+    }
+    st->rself = send;
+    st->rout = recv;
+    st->rlen = bytes;
+  } else if (rc == MEP_OK) {
+    reduce_step(&p.steps[0], &a, send, recv, count, -1);
+    /* then everyone's reduced block to everyone */
+    mep__step_t *st = &p.steps[1];
+    size_t m0 = block_start(count, a.me, a.n);
+    for (int q = 0; q < a.n; q++) {
+      size_t q0 = block_start(count, q, a.n), q1 = block_start(count, q + 1, a.n);
+      st->send_to[q] = st->recv_from[q] = q != a.me;
+      st->sptr[q] = (uint8_t *)recv + m0 * a.ds;
+      st->sbytes[q] = (block_start(count, a.me + 1, a.n) - m0) * a.ds;
+      st->rptr[q] = (uint8_t *)recv + q0 * a.ds;
+      st->rbytes[q] = (q1 - q0) * a.ds;
+    }
+  }
+  return run(comm, &p, rc, req);
+}
+
+int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
+               mep_dtype_t dtype, mep_op_t op, int root, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0;
+  int rc = check(&a, comm, "mep_reduce", dtype, root, 1);
+  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
+  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, bytes, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_REDUCE, dtype, op, count, root, "direct",
+                 1);
+  if (rc) return rc;
+  if (a.me == root) rc = private_input(&p, &a, &send, bytes, recv, bytes);
+  if (rc == MEP_OK) {
+    reduce_step(&p.steps[0], &a, send, recv, count, root);
+    complete_pairs(&p.steps[0], &a);
+  }
+  return run(comm, &p, rc, req);
+}
+
+int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
+                       size_t count, mep_dtype_t dtype, mep_op_t op,
+                       mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_reduce_scatter", dtype, -1, 0);
+  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = need(&a, send, total, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1,
+                 "direct", 1);
+  if (rc) return rc;
+  rc = private_input(&p, &a, &send, total, recv, bytes);
+  if (rc == MEP_OK) {
+    /* Block p of send is count elements at p * count: reduce it into p's
+     * recv. recv is indexed from this rank's block. */
+    mep__step_t *st = &p.steps[0];
+    st->reduce = st->reduce_here = 1;
+    for (int q = 0; q < a.n; q++) {
+      st->send_to[q] = q != a.me;
+      st->sptr[q] = (const uint8_t *)send + (size_t)q * bytes;
+      st->sbytes[q] = bytes;
+    }
+    st->rself = (const uint8_t *)send + (size_t)a.me * bytes;
+    st->rout = recv;
+    st->rlen = bytes;
+  }
+  return run(comm, &p, rc, req);
+}
+
+/* ------------------------------------------------------------ copies */
+
+int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
+                  mep_dtype_t dtype, int root, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0;
+  int rc = check(&a, comm, "mep_broadcast", dtype, root, 1);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
+  if (rc) return rc;
+  int two = bytes > mep__coll_two_shot(comm) && a.n > 2 &&
+            count >= (size_t)a.n;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root,
+                 two ? "two-shot" : "one-shot", two ? 2 : 1);
+  if (rc) return rc;
+  uint8_t *b = buf;
+  mep__step_t *s0 = &p.steps[0], *s1 = &p.steps[1];
+  for (int q = 0; q < a.n; q++) {
+    size_t q0 = two ? block_start(count, q, a.n) * a.ds : 0;
+    size_t ql = two ? block_start(count, q + 1, a.n) * a.ds - q0 : bytes;
+    /* one-shot: root sends all of it; two-shot: root scatters block q */
+    if (a.me == root && q != root && !(two && q == root)) {
+      s0->send_to[q] = 1;
+      s0->sptr[q] = b + q0;
+      s0->sbytes[q] = ql;
+    }
+    if (a.me != root && q == root) {
+      size_t m0 = two ? block_start(count, a.me, a.n) * a.ds : 0;
+      s0->recv_from[q] = 1;
+      s0->rptr[q] = b + m0;
+      s0->rbytes[q] = two ? block_start(count, a.me + 1, a.n) * a.ds - m0
+                          : bytes;
+    }
+    if (!two) continue;
+    /* then every rank sends its block to every rank but the root, which
+     * has it all */
+    size_t m0 = block_start(count, a.me, a.n) * a.ds;
+    if (q != a.me && q != root) {
+      s1->send_to[q] = 1;
+      s1->sptr[q] = b + m0;
+      s1->sbytes[q] = block_start(count, a.me + 1, a.n) * a.ds - m0;
+    }
+    if (a.me != root && q != a.me) {
+      s1->recv_from[q] = 1;
+      s1->rptr[q] = b + q0;
+      s1->rbytes[q] = ql;
+    }
+  }
+  complete_pairs(s0, &a);
+  return run(comm, &p, MEP_OK, req);
+}
+
+int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_allgather", dtype, -1, 0);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1,
+                 "direct", 1);
+  if (rc) return rc;
+  uint8_t *mine = (uint8_t *)recv + (size_t)a.me * bytes;
+  if (send != mine) rc = private_input(&p, &a, &send, bytes, recv, total);
+  if (rc == MEP_OK) all_to_all_blocks(&p.steps[0], &a, send, 0, recv, bytes);
+  return run(comm, &p, rc, req);
+}
+
+int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
+                 mep_dtype_t dtype, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_alltoall", dtype, -1, 0);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = need(&a, send, total, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1,
+                 "direct", 1);
+  if (rc) return rc;
+  rc = private_input(&p, &a, &send, total, recv, total);
+  if (rc == MEP_OK)
+    all_to_all_blocks(&p.steps[0], &a, send, bytes, recv, bytes);
+  return run(comm, &p, rc, req);
+}
+
+/* The extent of a v-layout: max over p of displ + count, in bytes. */
+static int extent(const args_t *a, const size_t *counts, const size_t *displs,
+                  const char *what, size_t *out) {
+  size_t end = 0;
+  for (int p = 0; p < a->n; p++) {
+    size_t e = 0;
+    if (counts[p] > SIZE_MAX - displs[p] ||
+        bytes_of(a, counts[p] + displs[p], 1, &e))
+      return mep__err(MEP_ERR_INVALID, "%s: %s count + displacement of rank "
+                      "%d overflows", a->fn, what, p);
+    if (e > end) end = e;
+  }
+  *out = end;
+  return MEP_OK;
+}
+
+int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
+                  const size_t *sdispls, void *recv, const size_t *rcounts,
+                  const size_t *rdispls, mep_dtype_t dtype, mep_req_t **req) {
+  args_t a;
+  size_t sext = 0, rext = 0;
+  int rc = check(&a, comm, "mep_alltoallv", dtype, -1, 0);
+  if (rc == MEP_OK && (!scounts || !sdispls || !rcounts || !rdispls))
+    rc = mep__err(MEP_ERR_INVALID, "mep_alltoallv: NULL counts or "
+                  "displacements");
+  if (rc == MEP_OK) rc = extent(&a, scounts, sdispls, "send", &sext);
+  if (rc == MEP_OK) rc = extent(&a, rcounts, rdispls, "recv", &rext);
+  if (rc == MEP_OK) rc = need(&a, send, sext, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, rext, "recv");
+  if (rc == MEP_OK && scounts[a.me] != rcounts[a.me])
+    rc = mep__err(MEP_ERR_INVALID, "mep_alltoallv: rank %d sends itself %zu "
+                  "elements but expects %zu", a.me, scounts[a.me],
+                  rcounts[a.me]);
+  if (rc) return rc;
+  mep__plan_t p;
+  /* The digest cannot hold every count; per-pair lengths are checked by
+   * the receiver instead. */
+  rc = plan_init(&p, &a, MEP__COLL_ALLTOALLV, dtype, MEP_SUM, 0, -1,
+                 "direct", 1);
+  if (rc) return rc;
+  rc = private_input(&p, &a, &send, sext, recv, rext);
+  mep__step_t *st = &p.steps[0];
+  for (int q = 0; rc == MEP_OK && q < a.n; q++) {
+    st->send_to[q] = st->recv_from[q] = 1;
+    st->sptr[q] = (const uint8_t *)send + sdispls[q] * a.ds;
+    st->sbytes[q] = scounts[q] * a.ds;
+    st->rptr[q] = (uint8_t *)recv + rdispls[q] * a.ds;
+    st->rbytes[q] = rcounts[q] * a.ds;
+  }
+  return run(comm, &p, rc, req);
+}
+
+int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
+               mep_dtype_t dtype, int root, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_gather", dtype, root, 1);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
+  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_GATHER, dtype, MEP_SUM, count, root,
+                 "direct", 1);
+  if (rc) return rc;
+  mep__step_t *st = &p.steps[0];
+  if (a.me != root) {
+    st->send_to[root] = 1;
+    st->sptr[root] = send;
+    st->sbytes[root] = bytes;
+  } else {
+    rc = private_input(&p, &a, &send, bytes, recv, total);
+    all_to_all_blocks(st, &a, send, 0, recv, bytes);
+    for (int q = 0; q < a.n; q++) st->send_to[q] = q == root;
+  }
+  complete_pairs(st, &a);
+  return run(comm, &p, rc, req);
+}
+
+int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
+                mep_dtype_t dtype, int root, mep_req_t **req) {
+  args_t a;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root,
+                 "direct", 1);
+  if (rc) return rc;
+  mep__step_t *st = &p.steps[0];
+  if (a.me == root) {
+    rc = private_input(&p, &a, &send, total, recv, bytes);
+    for (int q = 0; q < a.n; q++) {
+      st->send_to[q] = 1;
+      st->sptr[q] = (const uint8_t *)send + (size_t)q * bytes;
+      st->sbytes[q] = bytes;
+    }
+  }
+  st->recv_from[root] = 1;
+  st->rptr[root] = recv;
+  st->rbytes[root] = bytes;
+  complete_pairs(st, &a);
+  return run(comm, &p, rc, req);
+}
+
+int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
+  args_t a;
+  int rc = check(&a, comm, "mep_barrier", MEP_UINT8, -1, 0);
+  if (rc) return rc;
+  mep__plan_t p;
+  rc = plan_init(&p, &a, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1,
+                 "direct", 1);
+  if (rc) return rc;
+  for (int q = 0; q < a.n; q++)
+    p.steps[0].send_to[q] = p.steps[0].recv_from[q] = q != a.me;
+  return run(comm, &p, MEP_OK, req);
+}

@@ -1,0 +1,210 @@
+/* req.c - request lifecycle and the engine's request lists. */
+#include "req.h"
+
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "p2p.h"
+
+mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
+                        void *impl, void (*cleanup)(mep_req_t *)) {
+  mep_req_t *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->comm = comm;
+  r->kind = kind;
+  r->advance = advance;
+  r->impl = impl;
+  r->cleanup = cleanup;
+  return r;
+}
+
+void mep__req_set(mep_req_t *r, int status, const char *fmt, ...) {
+  r->status = status;
+  r->msg[0] = '\0';
+  if (!fmt) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+  va_end(ap);
+}
+
+static void destroy(mep_req_t *r) {
+  if (r->cleanup) r->cleanup(r);
+  free(r);
+}
+
+/* DONE, or freed at once when the owner already let go of it. */
+static void settle(mep_req_t *r) {
+  mep_comm_t *comm = r->comm;
+  int expected = MEP__REQ_RUNNING;
+  if (!atomic_compare_exchange_strong(&r->state, &expected, MEP__REQ_DONE)) {
+    destroy(r);
+    return;
+  }
+  /* Pairs with the sleeper's increment-then-check in wait_done. */
+  if (atomic_load(&comm->sleepers)) {
+    pthread_mutex_lock(&comm->wait_mu);
+    pthread_cond_broadcast(&comm->wait_cv);
+    pthread_mutex_unlock(&comm->wait_mu);
+  }
+}
+
+/* Spins, then yields, then sleeps on the communicator's condition until
+ * the request is done or the deadline (ms, CLOCK_MONOTONIC) passes.
+ * Returns 1 when done. */
+static int wait_done(mep_req_t *r, uint64_t deadline) {
+  mep_comm_t *comm = r->comm;
+  for (unsigned i = 0; i < 400; i++) {
+    if (atomic_load(&r->state) == MEP__REQ_DONE) return 1;
+    if (i < 200) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+  }
+  pthread_mutex_lock(&comm->wait_mu);
+  atomic_fetch_add(&comm->sleepers, 1);
+  while (atomic_load(&r->state) != MEP__REQ_DONE &&
+         mep__now_ms() < deadline) {
+    struct timespec ts = {(time_t)(deadline / 1000),
+                          (long)(deadline % 1000) * 1000000};
+    pthread_cond_timedwait(&comm->wait_cv, &comm->wait_mu, &ts);
+  }
+  atomic_fetch_sub(&comm->sleepers, 1);
+  pthread_mutex_unlock(&comm->wait_mu);
+  return atomic_load(&r->state) == MEP__REQ_DONE;
+}
+
+void mep_req_free(mep_req_t *r) {
+  if (!r) return;
+  int expected = MEP__REQ_RUNNING;
+  if (!atomic_compare_exchange_strong(&r->state, &expected,
+                                      MEP__REQ_DETACHED))
+    destroy(r);
+}
+
+int mep_req_test(mep_req_t *r, int *done) {
+  if (!r || !done) return mep__err(MEP_ERR_INVALID, "mep_req_test: NULL");
+  *done = atomic_load(&r->state) == MEP__REQ_DONE;
+  return MEP_OK;
+}
+
+int mep_req_status(const mep_req_t *r) {
+  if (!r) return MEP_ERR_INVALID;
+  return atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE ? r->status
+                                                                : 1;
+}
+
+size_t mep_req_bytes(const mep_req_t *r) {
+  return r && atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE
+             ? r->bytes
+             : 0;
+}
+
+int mep_req_wait(mep_req_t *r, int timeout_ms) {
+  if (!r) return mep__err(MEP_ERR_INVALID, "mep_req_wait: NULL request");
+  mep_comm_t *comm = r->comm;
+  int t = mep__timeout_or_default(comm, timeout_ms);
+  if (!wait_done(r, mep__now_ms() + (uint64_t)t))
+    return mep__err(MEP_ERR_TIMEOUT, "request still running after %d ms", t);
+  if (r->status < 0) return mep__err(r->status, "%s", r->msg);
+  return r->status;
+}
+
+/* ---------------------------------------------------------- the engine */
+
+int mep__req_start(mep_req_t *r, mep_req_t **out) {
+  mep_comm_t *comm = r->comm;
+  pthread_mutex_lock(&comm->engine_lock);
+  int closed = comm->engine_closed;
+  if (!closed) {
+    mep_req_t **tail = r->kind == MEP__REQ_COLL ? &comm->coll_head
+                                                : &comm->p2p_head;
+    while (*tail) tail = &(*tail)->next;
+    *tail = r;
+    atomic_fetch_add(&comm->engine_pending, 1);
+  }
+  pthread_mutex_unlock(&comm->engine_lock);
+  if (closed) {
+    destroy(r);
+    return mep__err(MEP_ERR_CLOSED, "communicator is being destroyed");
+  }
+  mep__progress_kick(comm);
+  if (out) {
+    *out = r;
+    return MEP_OK;
+  }
+  /* The request has the communicator's deadline itself; the grace lets
+   * its own message (what it waited for) through instead of ours. */
+  int t = comm->timeout_ms;
+  int rc = mep_req_wait(r, t > INT32_MAX - 2000 ? t : t + 2000);
+  if (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep_req_free(r); /* finishes in the background */
+    return mep__err(rc, "%s", msg);
+  }
+  mep_req_free(r);
+  return rc;
+}
+
+/* Advances one list; `head_only` for the collective FIFO. */
+static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
+  int moved = 0;
+  for (mep_req_t **pp = list; *pp;) {
+    mep_req_t *r = *pp;
+    int rc = r->advance(r);
+    if (rc != 1) { /* 0: waiting; 2: moved, not finished */
+      moved += rc == 2;
+      if (head_only) break;
+      pp = &r->next;
+      continue;
+    }
+    *pp = r->next;
+    atomic_fetch_sub(&comm->engine_pending, 1);
+    settle(r);
+    moved++;
+    if (head_only) continue; /* the next collective may start now */
+  }
+  return moved;
+}
+
+int mep__engine_advance(mep_comm_t *comm) {
+  pthread_mutex_lock(&comm->engine_lock);
+  /* Rings drain even while this rank posts nothing, so a sender of more
+   * than a ring's worth is not stuck until the next recv is posted. */
+  int moved = comm->p2p ? mep__p2p_progress(comm) : 0;
+  if (atomic_load(&comm->engine_pending))
+    moved += advance_list(comm, &comm->p2p_head, 0) +
+             advance_list(comm, &comm->coll_head, 1);
+  pthread_mutex_unlock(&comm->engine_lock);
+  return moved;
+}
+
+int mep__engine_busy(mep_comm_t *comm) {
+  return atomic_load(&comm->engine_pending) > 0;
+}
+
+void mep__engine_close(mep_comm_t *comm) {
+  pthread_mutex_lock(&comm->engine_lock);
+  comm->engine_closed = 1;
+  mep_req_t *lists[2] = {comm->coll_head, comm->p2p_head};
+  comm->coll_head = comm->p2p_head = NULL;
+  pthread_mutex_unlock(&comm->engine_lock);
+  for (int i = 0; i < 2; i++) {
+    for (mep_req_t *r = lists[i], *next; r; r = next) {
+      next = r->next;
+      mep__req_set(r, MEP_ERR_CLOSED, "the communicator was destroyed while "
+                                      "this request was running");
+      atomic_fetch_sub(&comm->engine_pending, 1);
+      settle(r);
+    }
+  }
+}

@@ -1,0 +1,59 @@
+/* req.h - asynchronous requests and the engine that advances them on the
+ * progress thread.
+ *
+ * A request is advanced by its `advance` function, called only from the
+ * communicator's progress thread, never blocking: it returns 1 once it
+ * finished (having set status/msg with mep__req_set), else 2 if it moved
+ * forward (the thread keeps spinning) or 0 if it only waited. Collectives form a FIFO of which only the head advances
+ * (they run one at a time, in call order); point-to-point requests all
+ * advance. */
+#ifndef MEP_SRC_REQ_H
+#define MEP_SRC_REQ_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "comm.h"
+
+enum { MEP__REQ_COLL = 0, MEP__REQ_P2P = 1 };
+enum { MEP__REQ_RUNNING = 0, MEP__REQ_DONE = 1, MEP__REQ_DETACHED = 2 };
+
+typedef int (*mep__advance_fn)(mep_req_t *req);
+
+struct mep_req {
+  mep_comm_t *comm;
+  _Atomic int state;       /* MEP__REQ_* */
+  int status;              /* final status, valid once DONE */
+  char msg[512];           /* its message when status < 0 */
+  size_t bytes;            /* mep_recv: bytes received */
+  int kind;                /* MEP__REQ_COLL or MEP__REQ_P2P */
+  mep__advance_fn advance;
+  void (*cleanup)(mep_req_t *req); /* frees impl; may be NULL */
+  void *impl;
+  mep_req_t *next;         /* in the engine's list */
+};
+
+/* A new running request (not yet submitted). NULL when out of memory. */
+mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
+                        void *impl, void (*cleanup)(mep_req_t *));
+
+/* Records the outcome (call before advance returns 1). */
+void mep__req_set(mep_req_t *req, int status, const char *fmt, ...)
+    MEP_PRINTF(3, 4);
+
+/* Hands the request to the progress thread. Then either gives it to the
+ * caller (out != NULL) or waits for it with the communicator's timeout,
+ * frees it and returns its status. On submission failure the request is
+ * freed and the error returned. */
+int mep__req_start(mep_req_t *req, mep_req_t **out);
+
+/* Progress thread: advances the requests; returns how many made progress
+ * or finished (> 0 keeps the thread spinning). */
+int mep__engine_advance(mep_comm_t *comm);
+/* Whether requests are pending (the thread must not sleep on fds). */
+int mep__engine_busy(mep_comm_t *comm);
+/* At destroy, after the progress thread stopped: fails what is pending
+ * with MEP_ERR_CLOSED. */
+void mep__engine_close(mep_comm_t *comm);
+
+#endif
