@@ -90,12 +90,31 @@ void mep__progress_waiter_enter(mep_comm_t *comm);
 void mep__progress_waiter_leave(mep_comm_t *comm);
 /* Wakes the thread if it sleeps (work was submitted). */
 void mep__progress_kick(mep_comm_t *comm);
-
 /* Adaptive backoff for loops that wait on memory: spin, then yield, then
  * sleep in growing steps up to a small bound. */
 typedef struct mep__backoff {
   unsigned rounds;
 } mep__backoff_t;
 void mep__backoff(mep__backoff_t *b);
+
+/* A thread waiting for something first makes progress itself for a short
+ * while (small messages then finish without any thread hand-off), keeping
+ * the progress thread out of the way; then it backs off and lets the
+ * progress thread work:
+ *   mep__waiter_t w; mep__wait_begin(&w, comm);
+ *   while (!condition) mep__wait_step(&w);   (with a deadline check)
+ *   mep__wait_end(&w);
+ * mep__wait_step returns 1 while the waiter still drives progress. */
+typedef struct mep__waiter {
+  mep_comm_t *comm;
+  uint64_t drive_until; /* ms */
+  int driving;
+  unsigned rounds;
+  mep__backoff_t backoff;
+} mep__waiter_t;
+void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm);
+int mep__wait_step(mep__waiter_t *w);
+void mep__wait_end(mep__waiter_t *w);
+
 
 #endif

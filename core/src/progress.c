@@ -31,6 +31,11 @@ struct mep__progress {
   _Atomic int waiters;
   _Atomic int sleeping;
   _Atomic int kicked;      /* work was submitted since the last sleep */
+  /* One thread at a time polls the transports and advances requests: the
+   * progress thread, or a thread waiting for its own request (which saves
+   * two thread hand-offs per message). */
+  pthread_mutex_t poll_mu;
+  _Atomic int drivers;     /* waiting threads polling for themselves */
   int mode;
   struct pollfd *fds;      /* wake_fd, then transports' event fds */
   int nfds;
@@ -90,6 +95,65 @@ static void nap(long us) {
   nanosleep(&ts, NULL);
 }
 
+static void wake(mep__progress_t *pg);
+
+/* One round of polling from a waiting thread, unless another thread is at
+ * it: the work done. */
+static int drive(mep_comm_t *comm) {
+  mep__progress_t *pg = comm->progress;
+  if (!pg || pthread_mutex_trylock(&pg->poll_mu) != 0) return 0;
+  int work = poll_once(comm) + mep__engine_advance(comm);
+  pthread_mutex_unlock(&pg->poll_mu);
+  return work;
+}
+
+/* How long a waiting thread polls for itself before it backs off. */
+#define DRIVE_MS 2
+
+void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm) {
+  memset(w, 0, sizeof *w);
+  w->comm = comm;
+  w->driving = comm->progress != NULL;
+  w->drive_until = mep__now_ms() + DRIVE_MS;
+  if (w->driving) atomic_fetch_add(&comm->progress->drivers, 1);
+  mep__progress_waiter_enter(comm);
+}
+
+static void stop_driving(mep__waiter_t *w) {
+  mep__progress_t *pg = w->comm->progress;
+  w->driving = 0;
+  if (atomic_fetch_sub(&pg->drivers, 1) == 1 && atomic_load(&pg->sleeping))
+    wake(pg);
+}
+
+int mep__wait_step(mep__waiter_t *w) {
+  if (!w->driving) {
+    mep__backoff(&w->backoff);
+    return 0;
+  }
+  if (drive(w->comm) == 0 && ++w->rounds % 16 == 0) {
+    if (mep__now_ms() >= w->drive_until) {
+      stop_driving(w);
+      return 0;
+    }
+    sched_yield();
+  }
+  return 1;
+}
+
+void mep__wait_end(mep__waiter_t *w) {
+  if (w->driving) stop_driving(w);
+  mep__progress_waiter_leave(w->comm);
+}
+
+static int poll_round(mep_comm_t *comm) {
+  mep__progress_t *pg = comm->progress;
+  pthread_mutex_lock(&pg->poll_mu);
+  int work = poll_once(comm) + mep__engine_advance(comm);
+  pthread_mutex_unlock(&pg->poll_mu);
+  return work;
+}
+
 static void *run(void *arg) {
   mep_comm_t *comm = arg;
   /* Naps of a few microseconds, not the default 50 us of timer slack. */
@@ -97,8 +161,17 @@ static void *run(void *arg) {
   mep__progress_t *pg = comm->progress;
   unsigned idle = 0;
   while (!atomic_load(&pg->stop)) {
-    int work = poll_once(comm);
-    work += mep__engine_advance(comm);
+    if (atomic_load(&pg->drivers) > 0 && pg->mode != MODE_SPIN) {
+      /* A waiting thread polls for itself: stay out of its way until the
+       * last one leaves (it wakes us). */
+      atomic_store(&pg->sleeping, 1);
+      if (atomic_load(&pg->drivers) > 0 && !atomic_load(&pg->stop))
+        poll(pg->fds, 1, 100);
+      atomic_store(&pg->sleeping, 0);
+      if (pg->fds[0].revents) drain_wake(pg);
+      continue;
+    }
+    int work = poll_round(comm);
     if (work > 0 || pg->mode == MODE_SPIN) {
       idle = 0;
       continue;
@@ -137,6 +210,7 @@ static int parse_mode(const mep_comm_t *comm, int *mode) {
 }
 
 static void free_progress(mep__progress_t *pg) {
+  pthread_mutex_destroy(&pg->poll_mu);
   if (pg->wake_fd >= 0) close(pg->wake_fd);
   free(pg->fds);
   free(pg);
@@ -145,6 +219,7 @@ static void free_progress(mep__progress_t *pg) {
 int mep__progress_start(mep_comm_t *comm) {
   mep__progress_t *pg = calloc(1, sizeof *pg);
   if (!pg) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&pg->poll_mu, NULL);
   pg->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   pg->fds = calloc((size_t)comm->ntps + 1, sizeof *pg->fds);
   int rc = parse_mode(comm, &pg->mode);

@@ -1,7 +1,6 @@
 /* req.c - request lifecycle and the engine's request lists. */
 #include "req.h"
 
-#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,21 +53,17 @@ static void settle(mep_req_t *r) {
   }
 }
 
-/* Spins, then yields, then sleeps on the communicator's condition until
- * the request is done or the deadline (ms, CLOCK_MONOTONIC) passes.
- * Returns 1 when done. */
+/* Drives progress for a while, then sleeps on the communicator's
+ * condition until the request is done or the deadline (ms,
+ * CLOCK_MONOTONIC) passes. Returns 1 when done. */
 static int wait_done(mep_req_t *r, uint64_t deadline) {
   mep_comm_t *comm = r->comm;
-  for (unsigned i = 0; i < 400; i++) {
-    if (atomic_load(&r->state) == MEP__REQ_DONE) return 1;
-    if (i < 200) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    } else {
-      sched_yield();
-    }
+  mep__waiter_t w;
+  mep__wait_begin(&w, comm);
+  while (atomic_load(&r->state) != MEP__REQ_DONE && mep__wait_step(&w)) {
   }
+  mep__wait_end(&w);
+  if (atomic_load(&r->state) == MEP__REQ_DONE) return 1;
   pthread_mutex_lock(&comm->wait_mu);
   atomic_fetch_add(&comm->sleepers, 1);
   while (atomic_load(&r->state) != MEP__REQ_DONE &&

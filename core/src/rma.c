@@ -137,9 +137,9 @@ int mep_flush(mep_comm_t *comm, int timeout_ms) {
   uint64_t target = atomic_load(&comm->issued);
   uint64_t deadline = mep__now_ms() +
                       (uint64_t)mep__timeout_or_default(comm, timeout_ms);
-  mep__backoff_t b = {0};
+  mep__waiter_t w;
   int rc = MEP_OK;
-  mep__progress_waiter_enter(comm);
+  mep__wait_begin(&w, comm);
   while (atomic_load(&comm->completed) < target) {
     if (mep__now_ms() >= deadline) {
       rc = mep__err(MEP_ERR_TIMEOUT, "mep_flush: %llu of %llu puts still "
@@ -149,9 +149,9 @@ int mep_flush(mep_comm_t *comm, int timeout_ms) {
                     mep__timeout_or_default(comm, timeout_ms));
       break;
     }
-    mep__backoff(&b);
+    mep__wait_step(&w);
   }
-  mep__progress_waiter_leave(comm);
+  mep__wait_end(&w);
   int err = atomic_exchange(&comm->first_error, 0);
   if (rc == MEP_OK && err)
     rc = mep__err(err, "mep_flush: a put to rank %d failed: %s",
@@ -169,10 +169,10 @@ int mep_wait(const mep_region_t *r, size_t off, uint64_t value,
   const uint64_t *word = (const uint64_t *)((const char *)r->ptr + off);
   int t = mep__timeout_or_default(comm, timeout_ms);
   uint64_t deadline = mep__now_ms() + (uint64_t)t;
-  mep__backoff_t b = {0};
+  mep__waiter_t w;
   uint64_t v;
   int rc = MEP_OK;
-  mep__progress_waiter_enter(comm);
+  mep__wait_begin(&w, comm);
   while ((v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) < value) {
     if (mep__now_ms() >= deadline) {
       rc = mep__err(MEP_ERR_TIMEOUT, "mep_wait: word at offset %zu of region "
@@ -180,9 +180,9 @@ int mep_wait(const mep_region_t *r, size_t off, uint64_t value,
                     (unsigned long long)v, (unsigned long long)value, t);
       break;
     }
-    mep__backoff(&b);
+    mep__wait_step(&w);
   }
-  mep__progress_waiter_leave(comm);
+  mep__wait_end(&w);
   if (seen) *seen = v;
   return rc;
 }
