@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Measures the collectives on the tcp transport over loopback, in one run:
+#   - 8-byte all-reduce latency and all-reduce bus bandwidth from 4 KiB to
+#     256 MiB, on 2 and 4 ranks (mep-perf);
+#   - the one-shot / two-shot crossover: all-reduce forced one-shot and
+#     forced two-shot on the same sizes;
+#   - the reference: the single-pair bandwidth mep-plugin-check --bench
+#     measures for tcp, in the same run.
+# Prints markdown for docs/perf.md. Usage: scripts/bench-coll.sh
+set -euo pipefail
+export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
+cd "$(dirname "$0")/.."
+./scripts/setup.sh >/dev/null
+perf=build/tools/perf/mep-perf
+check=build/tools/plugin-check/mep-plugin-check
+tcp=build/plugins/tcp/libmep-transport-tcp.so
+export MEP_TRANSPORTS=tcp
+
+rows() { grep -E '^ +[0-9]' | awk '{printf "| %s | %s | %s |\n", $1, $6, $8}'; }
+
+pair=$("$check" --bench --iters 5000 --iters-bw 20 "$tcp" | awk '$1=="bandwidth" {print $8}')
+echo "Reference: tcp single-pair bandwidth (mep-plugin-check --bench, 64 MiB puts, one way): $pair GB/s"
+echo
+for n in 2 4; do
+  lat=$("$perf" -n "$n" -o allreduce -b 8 -e 8 -w 100 -i 2000 | grep -E '^ +8 ' | awk '{print $6}')
+  echo "### all-reduce, float32 sum, $n ranks (8 B latency: $lat us)"
+  echo
+  echo "| bytes | time (us) | busbw (GB/s) |"
+  echo "| --- | --- | --- |"
+  "$perf" -n "$n" -o allreduce -b 4K -e 256M -f 4 -w 3 -i 10 | rows
+  best=$("$perf" -n "$n" -o allreduce -b 256M -e 256M -w 1 -i 5 | grep -E '^ +[0-9]' | awk '{print $8}')
+  echo
+  echo "256 MiB busbw $best GB/s = $(python3 -c "print(f'{$best/$pair:.2f}')") x the single-pair bandwidth"
+  echo
+done
+echo "### one-shot against two-shot, 2 and 4 ranks (time in us)"
+echo
+echo "| bytes | 2 ranks one-shot | 2 ranks two-shot | 4 ranks one-shot | 4 ranks two-shot |"
+echo "| --- | --- | --- | --- | --- |"
+declare -A t
+for n in 2 4; do
+  for mode in one two; do
+    [ $mode = one ] && th=1G || th=0
+    while read -r size time; do t[$n,$mode,$size]=$time; done < <(
+      MEP_CORE_TWO_SHOT_BYTES=$th "$perf" -n "$n" -o allreduce -b 4K -e 16M -f 4 -w 3 -i 20 |
+        grep -E '^ +[0-9]' | awk '{print $1, $6}')
+  done
+done
+for size in 4096 16384 65536 262144 1048576 4194304 16777216; do
+  echo "| $size | ${t[2,one,$size]} | ${t[2,two,$size]} | ${t[4,one,$size]} | ${t[4,two,$size]} |"
+done
