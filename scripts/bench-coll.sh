@@ -2,8 +2,9 @@
 # Measures the collectives on the tcp transport over loopback, in one run:
 #   - 8-byte all-reduce latency and all-reduce bus bandwidth from 4 KiB to
 #     256 MiB, on 2 and 4 ranks (mep-perf);
-#   - the one-shot / two-shot crossover: all-reduce forced one-shot and
-#     forced two-shot on the same sizes;
+#   - the one-shot / two-shot crossover on 3 and 4 ranks: all-reduce forced
+#     one-shot and forced two-shot on the same sizes (2 ranks always use
+#     one-shot: both move the same bytes and one-shot has one step less);
 #   - the reference: the single-pair bandwidth mep-plugin-check --bench
 #     measures for tcp, in the same run.
 # Prints markdown for docs/perf.md. Usage: scripts/bench-coll.sh
@@ -33,12 +34,12 @@ for n in 2 4; do
   echo "256 MiB busbw $best GB/s = $(python3 -c "print(f'{$best/$pair:.2f}')") x the single-pair bandwidth"
   echo
 done
-echo "### one-shot against two-shot, 2 and 4 ranks (time in us)"
+echo "### one-shot against two-shot, 3 and 4 ranks (time in us)"
 echo
-echo "| bytes | 2 ranks one-shot | 2 ranks two-shot | 4 ranks one-shot | 4 ranks two-shot |"
+echo "| bytes | 3 ranks one-shot | 3 ranks two-shot | 4 ranks one-shot | 4 ranks two-shot |"
 echo "| --- | --- | --- | --- | --- |"
 declare -A t
-for n in 2 4; do
+for n in 3 4; do
   for mode in one two; do
     [ $mode = one ] && th=1G || th=0
     while read -r size time; do t[$n,$mode,$size]=$time; done < <(
@@ -47,5 +48,5 @@ for n in 2 4; do
   done
 done
 for size in 4096 16384 65536 262144 1048576 4194304 16777216; do
-  echo "| $size | ${t[2,one,$size]} | ${t[2,two,$size]} | ${t[4,one,$size]} | ${t[4,two,$size]} |"
+  echo "| $size | ${t[3,one,$size]} | ${t[3,two,$size]} | ${t[4,one,$size]} | ${t[4,two,$size]} |"
 done

@@ -184,7 +184,9 @@ int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
-  int two = bytes > mep__coll_two_shot(comm) && count >= (size_t)a.n;
+  /* On 2 ranks both move the same bytes and one-shot has one step less. */
+  int two = bytes > mep__coll_two_shot(comm) && a.n > 2 &&
+            count >= (size_t)a.n;
   mep__plan_t p;
   rc = plan_init(&p, &a, MEP__COLL_ALLREDUCE, dtype, op, count, -1,
                  two ? "two-shot" : "one-shot", two ? 2 : 1);

@@ -1,9 +1,11 @@
 /* tcp-pingpong - the reference for mep's small-message latency: a plain
  * TCP ping-pong of N-byte messages over loopback between two processes,
- * TCP_NODELAY, blocking sockets, no framework. Prints the median and p99
- * round trip in microseconds.
- *   tcp-pingpong [--bytes 8] [--iters 20000] */
+ * TCP_NODELAY, no framework: blocking recv, or with --spin a non-blocking
+ * recv polled in a loop (as mep's transports are polled). Prints the
+ * median and p99 round trip in microseconds.
+ *   tcp-pingpong [--bytes 8] [--iters 20000] [--spin] */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,10 +23,14 @@ static double now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
+static int spin;
+
 static int full(int fd, char *buf, size_t len, int sending) {
   for (size_t done = 0; done < len;) {
     ssize_t n = sending ? send(fd, buf + done, len - done, MSG_NOSIGNAL)
-                        : recv(fd, buf + done, len - done, 0);
+                        : recv(fd, buf + done, len - done,
+                               spin ? MSG_DONTWAIT : 0);
+    if (n < 0 && spin && !sending && errno == EAGAIN) continue;
     if (n <= 0) return -1;
     done += (size_t)n;
   }
@@ -41,15 +47,18 @@ int main(int argc, char **argv) {
   int iters = 20000, c;
   static const struct option opts[] = {{"bytes", required_argument, 0, 'b'},
                                        {"iters", required_argument, 0, 'i'},
+                                       {"spin", no_argument, 0, 's'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
-  while ((c = getopt_long(argc, argv, "b:i:h", opts, NULL)) != -1) {
-    if (c == 'b') bytes = strtoull(optarg, NULL, 0);
+  while ((c = getopt_long(argc, argv, "b:i:sh", opts, NULL)) != -1) {
+    if (c == 's') spin = 1;
+    else if (c == 'b') bytes = strtoull(optarg, NULL, 0);
     else if (c == 'i') iters = atoi(optarg);
     else {
-      printf("usage: tcp-pingpong [--bytes N] [--iters N]\n"
+      printf("usage: tcp-pingpong [--bytes N] [--iters N] [--spin]\n"
              "Plain TCP ping-pong over loopback (reference for mep's "
-             "latency).\n");
+             "latency);\n--spin polls a non-blocking socket instead of "
+             "blocking in recv.\n");
       return c == 'h' ? 0 : 2;
     }
   }
@@ -88,8 +97,8 @@ int main(int argc, char **argv) {
   int status;
   waitpid(pid, &status, 0);
   qsort(rtt, (size_t)iters, sizeof *rtt, cmp);
-  printf("tcp-pingpong bytes=%zu iters=%d rtt_median_us=%.2f "
-         "rtt_p99_us=%.2f\n", bytes, iters, rtt[iters / 2],
+  printf("tcp-pingpong bytes=%zu iters=%d spin=%d rtt_median_us=%.2f "
+         "rtt_p99_us=%.2f\n", bytes, iters, spin, rtt[iters / 2],
          rtt[(int)(iters * 0.99)]);
   free(rtt);
   free(buf);

@@ -153,7 +153,10 @@ int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
   int failed = 0;
   for (int r = 0; r < o->size; r++) {
     pids[r] = fork();
-    if (pids[r] == 0) _exit(child(o, r, port, fn, arg));
+    if (pids[r] == 0) {
+      free(pids); /* the parent's; a child that exit()s must not leak it */
+      _exit(child(o, r, port, fn, arg));
+    }
     if (pids[r] < 0) {
       perror("launch: fork");
       pids[r] = 0;

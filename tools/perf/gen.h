@@ -77,23 +77,12 @@ static inline uint64_t perf_value_bits(mep_dtype_t dt, uint64_t key,
   }
 }
 
-static inline size_t perf_dsize(mep_dtype_t dt) {
-  switch (dt) {
-  case MEP_FLOAT16:
-  case MEP_BFLOAT16: return 2;
-  case MEP_FLOAT32:
-  case MEP_INT32: return 4;
-  case MEP_FLOAT64:
-  case MEP_INT64: return 8;
-  default: return 1;
-  }
-}
 
 /* Element i of buf as bits, zero-extended. */
 static inline uint64_t perf_load_bits(mep_dtype_t dt, const void *buf,
                                       size_t i) {
   const unsigned char *p = buf;
-  switch (perf_dsize(dt)) {
+  switch (mep_dtype_size(dt)) {
   case 1: return p[i];
   case 2: {
     uint16_t v;
@@ -117,7 +106,7 @@ static inline uint64_t perf_load_bits(mep_dtype_t dt, const void *buf,
 static inline void perf_store_bits(mep_dtype_t dt, void *buf, size_t i,
                                    uint64_t bits) {
   unsigned char *p = buf;
-  switch (perf_dsize(dt)) {
+  switch (mep_dtype_size(dt)) {
   case 1: p[i] = (unsigned char)bits; break;
   case 2: {
     uint16_t v = (uint16_t)bits;
@@ -209,7 +198,7 @@ static inline int64_t perf_int_value(mep_dtype_t dt, uint64_t bits) {
 
 /* The dtype's width as a mask of bits. */
 static inline uint64_t perf_width_mask(mep_dtype_t dt) {
-  size_t bits = 8 * perf_dsize(dt);
+  size_t bits = 8 * mep_dtype_size(dt);
   return bits >= 64 ? ~0ull : (1ull << bits) - 1;
 }
 
