@@ -49,6 +49,13 @@ static int bytes_of(const args_t *a, size_t count, size_t factor,
   return MEP_OK;
 }
 
+/* Bytes of one block of `count` elements and of one per rank. */
+static int block_sizes(const args_t *a, size_t count, size_t *bytes,
+                       size_t *total) {
+  int rc = bytes_of(a, count, 1, bytes);
+  return rc ? rc : bytes_of(a, count, (size_t)a->n, total);
+}
+
 static int need(const args_t *a, const void *p, size_t bytes,
                 const char *what) {
   if (!p && bytes)
@@ -249,8 +256,7 @@ int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_reduce_scatter", dtype, -1, 0);
   if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
@@ -334,8 +340,7 @@ int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
   args_t a;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_allgather", dtype, -1, 0);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
@@ -354,8 +359,7 @@ int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
   args_t a;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_alltoall", dtype, -1, 0);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
@@ -426,8 +430,7 @@ int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
   args_t a;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_gather", dtype, root, 1);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
@@ -454,8 +457,7 @@ int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
   args_t a;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, (size_t)a.n, &total);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
