@@ -186,7 +186,9 @@ MEP_API int mep_comm_create(mep_store_t *store, int rank, int size,
                             const mep_comm_opts_t *opts, mep_comm_t **out);
 
 /* Closes connections, releases regions still registered and unloads
- * transports. Not collective; safe after peers died. */
+ * transports. Not collective; safe after peers died. Requests still
+ * running fail with MEP_ERR_CLOSED (their buffers are not touched after
+ * this returns; free the requests as usual). */
 MEP_API int mep_comm_destroy(mep_comm_t *comm);
 
 MEP_API int mep_comm_rank(const mep_comm_t *comm);
