@@ -70,7 +70,12 @@ int mep__err_wrap(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   int n = vsnprintf(errmsg, sizeof errmsg, fmt, ap);
   va_end(ap);
-  if (n >= 0 && (size_t)n < sizeof errmsg)
-    snprintf(errmsg + n, sizeof errmsg - (size_t)n, ": %s", old);
+  /* Appends ": <old>", cut to what is left (the newest context first). */
+  if (n >= 0 && (size_t)n + 2 < sizeof errmsg) {
+    size_t room = sizeof errmsg - (size_t)n - 3, len = strnlen(old, room);
+    memcpy(errmsg + n, ": ", 2);
+    memcpy(errmsg + n + 2, old, len);
+    errmsg[(size_t)n + 2 + len] = '\0';
+  }
   return code;
 }

@@ -105,10 +105,14 @@ size_t mep_req_bytes(const mep_req_t *r) {
 
 int mep_req_wait(mep_req_t *r, int timeout_ms) {
   if (!r) return mep__err(MEP_ERR_INVALID, "mep_req_wait: NULL request");
-  mep_comm_t *comm = r->comm;
-  int t = mep__timeout_or_default(comm, timeout_ms);
-  if (!wait_done(r, mep__now_ms() + (uint64_t)t))
-    return mep__err(MEP_ERR_TIMEOUT, "request still running after %d ms", t);
+  /* A finished request never touches its communicator, which may be gone
+   * (destroy fails what is running with MEP_ERR_CLOSED). */
+  if (atomic_load(&r->state) != MEP__REQ_DONE) {
+    int t = mep__timeout_or_default(r->comm, timeout_ms);
+    if (!wait_done(r, mep__now_ms() + (uint64_t)t))
+      return mep__err(MEP_ERR_TIMEOUT, "request still running after %d ms",
+                      t);
+  }
   if (r->status < 0) return mep__err(r->status, "%s", r->msg);
   return r->status;
 }

@@ -201,6 +201,41 @@ static void peer_dies(void) {
   mep_store_destroy(s);
 }
 
+/* A request still running when its communicator is destroyed fails with
+ * MEP_ERR_CLOSED and stays usable (ASan watches for use after free). */
+static void destroy_while_running(void) {
+  setenv("MEP_TRANSPORTS", "tcp", 1);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) { /* rank 1 never joins the all-reduce */
+    alarm(30);
+    mep_store_t *s = store_connect();
+    mep_comm_opts_t o = {.struct_size = sizeof o, .name = "destroy"};
+    mep_comm_t *comm;
+    CHECK_OK(mep_comm_create(s, 1, 2, &o, &comm));
+    sleep(1);
+    CHECK_OK(mep_comm_destroy(comm));
+    mep_store_destroy(s);
+    _exit(0);
+  }
+  mep_store_t *s = store_connect();
+  mep_comm_opts_t o = {.struct_size = sizeof o, .name = "destroy"};
+  mep_comm_t *comm;
+  CHECK_OK(mep_comm_create(s, 0, 2, &o, &comm));
+  float in[64] = {1}, out[64];
+  mep_req_t *req;
+  CHECK_OK(mep_allreduce(comm, in, out, 64, MEP_FLOAT32, MEP_SUM, &req));
+  CHECK_RC(mep_req_wait(req, 50), MEP_ERR_TIMEOUT);
+  CHECK_OK(mep_comm_destroy(comm));
+  CHECK_RC(mep_req_wait(req, 1000), MEP_ERR_CLOSED);
+  CHECK(mep_req_status(req) == MEP_ERR_CLOSED, "status");
+  mep_req_free(req);
+  mep_store_destroy(s);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank 1 failed");
+}
+
 int main(void) {
   mep_launch_store_t st;
   CHECK(mep_launch_store_start(&st) == 0, "store server");
@@ -217,6 +252,7 @@ int main(void) {
       {"no transport reaches a peer", nothing_reaches},
       {"misuse of a communicator", misuse},
       {"peer dies", peer_dies},
+      {"destroy while a request runs", destroy_while_running},
   };
   int failed = 0, n = (int)(sizeof cases / sizeof *cases);
   for (int i = 0; i < n; i++) failed += run_case(cases[i].name, cases[i].fn);

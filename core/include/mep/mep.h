@@ -188,7 +188,7 @@ MEP_API int mep_comm_create(mep_store_t *store, int rank, int size,
 /* Closes connections, releases regions still registered and unloads
  * transports. Not collective; safe after peers died. Requests still
  * running fail with MEP_ERR_CLOSED (their buffers are not touched after
- * this returns; free the requests as usual). */
+ * this returns); they stay valid for mep_req_test/wait/status/free. */
 MEP_API int mep_comm_destroy(mep_comm_t *comm);
 
 MEP_API int mep_comm_rank(const mep_comm_t *comm);
