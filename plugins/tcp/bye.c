@@ -105,6 +105,8 @@ int mep__tcp_close(mep_tp_ep_t *ep) {
   if (!p) return 0;
   tcp_ctx_t *ctx = p->ctx;
   pthread_mutex_lock(&p->mu);
+  /* deferred small writes were accepted: they go before the goodbye */
+  mep__tcp_flush_lazy_peer(p);
   uint64_t queued = left_to_send(p);
   if (queued == 0) {
     say_bye(p);

@@ -115,6 +115,7 @@ void mep__tcp_peer_free(tcp_peer_t *p) {
     free(r);
   }
   free(p->psig);
+  for (int i = 0; i < ctx->cfg.nsock; i++) free(p->socks[i].rb);
   pthread_mutex_destroy(&p->mu);
   free(p);
 }

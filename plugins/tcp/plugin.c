@@ -53,6 +53,7 @@ static int tcp_fini(mep_tp_ctx_t *ctxp) {
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->rx_mu);
   pthread_mutex_destroy(&ctx->cq_mu);
+  pthread_mutex_destroy(&ctx->lazy_mu);
   free(ctx);
   return 0;
 }
@@ -88,6 +89,7 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->rx_mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
+  pthread_mutex_init(&ctx->lazy_mu, NULL);
   int rc = mep__tcp_cfg_read(env, &ctx->cfg);
   if (!rc && !(ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers)))
     rc = TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: init: out of memory for %d peers",
@@ -110,10 +112,10 @@ static int tcp_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       .dev_kind = MEP_DEV_NONE,
       .atomics = 0,
       .max_message = 0,
-      /* loopback, as test_tcp_pair measures it: half of an 8-byte round
-       * trip, one 64 MiB write */
-      .latency_us = 12.0,
-      .bandwidth_gbps = 4.5,
+      /* loopback, as scripts/bench-tcp.sh measures it (docs/perf.md):
+       * half of an 8-byte put + signal round trip, 64 MiB puts */
+      .latency_us = 5.0,
+      .bandwidth_gbps = 5.0,
       .event_fd = ctx->epfd,
   };
   size_t n = props->struct_size < sizeof full ? props->struct_size
@@ -243,6 +245,7 @@ static int tcp_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx || max < 0 || (max > 0 && !out)) return MEP_ERR_INVALID;
   mep__tcp_reap(ctx);
+  mep__tcp_flush_lazy(ctx);
   struct epoll_event evs[64];
   int n = epoll_wait(ctx->epfd, evs, 64, 0);
   for (int i = 0; i < n; i++) dispatch(ctx, &evs[i]);

@@ -1,9 +1,10 @@
 /*
  * recv.c - the receive side, run by the poll thread alone.
  *
- * Each socket reads a 32-byte header, validates it (wire.c) against the
- * live region table, and only then reads the payload straight into the
- * region, or the signal's trailer. A signal waits in its peer's queue
+ * Each socket reads what the kernel holds into a buffer (rb) and parses
+ * the messages there in order: a 32-byte header is validated (wire.c)
+ * against the live region table before any payload byte is copied into
+ * the region; a long payload's rest is read straight into the region. A signal waits in its peer's queue
  * until every message it counts has arrived on every socket, then applies
  * with an atomic release store or fetch-add, so a thread that sees the new
  * value with an acquire load also sees the data written before it.
@@ -223,8 +224,10 @@ static int on_head(tcp_sock_t *s) {
   return 0;
 }
 
-/* Reads payload bytes straight into the region. The region is looked up
- * again under rx_mu for every chunk: dereg may have removed it. */
+/* Moves payload bytes into the region: those already in rb, else, for a
+ * long rest, straight from the socket. The region is looked up again
+ * under rx_mu for every chunk: dereg may have removed it. -2 when it is
+ * gone. */
 static ssize_t read_payload(tcp_sock_t *s, int fd) {
   tcp_ctx_t *ctx = s->peer->ctx;
   const mep__tcp_msg_t *m = &s->rx_msg;
@@ -235,28 +238,74 @@ static ssize_t read_payload(tcp_sock_t *s, int fd) {
     uint8_t *dst = mr->base + m->offset + (m->len_or_value - s->rx_left);
     size_t want = s->rx_left < TCP_RX_CHUNK ? (size_t)s->rx_left
                                             : TCP_RX_CHUNK;
-    n = recv(fd, dst, want, MSG_DONTWAIT);
+    if (s->rb_len) {
+      n = (ssize_t)(want < s->rb_len ? want : s->rb_len);
+      memcpy(dst, s->rb + s->rb_off, (size_t)n);
+      s->rb_off += (size_t)n;
+      s->rb_len -= (size_t)n;
+    } else {
+      n = recv(fd, dst, want, MSG_DONTWAIT);
+    }
   }
   pthread_mutex_unlock(&ctx->rx_mu);
   return n;
 }
 
-void mep__tcp_on_readable(tcp_sock_t *s) {
+/* Reads what the socket holds into the empty rb. recv's answer; -1 with
+ * ENOMEM when rb cannot be made. */
+static ssize_t fill(tcp_sock_t *s, int fd) {
+  if (!s->rb && !(s->rb = malloc(TCP_RXBUF_LEN))) {
+    errno = ENOMEM;
+    return -1;
+  }
+  s->rb_off = 0;
+  ssize_t n = recv(fd, s->rb, TCP_RXBUF_LEN, MSG_DONTWAIT);
+  if (n > 0) s->rb_len = (size_t)n;
+  return n;
+}
+
+/* Moves header or trailer bytes from rb to rx_buf. */
+static void take_head(tcp_sock_t *s) {
+  size_t n = s->rx_need - s->rx_have;
+  if (n > s->rb_len) n = s->rb_len;
+  memcpy(s->rx_buf + s->rx_have, s->rb + s->rb_off, n);
+  s->rx_have += n;
+  s->rb_off += n;
+  s->rb_len -= n;
+}
+
+/* Reads and handles what socket s holds. Bytes are read ahead into rb and
+ * every message there is handled before the socket is read again; the
+ * per-event limits only stop further reads, since bytes left in rb would
+ * raise no event. */
+static void read_sock(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
   int fd = p->dead ? -1 : s->fd, broken = s->tx_err != 0;
   pthread_mutex_unlock(&p->mu);
   if (fd < 0 || s->rx_ended) return;
+  s->rx_stalled = 0;
   char why[160];
   uint64_t bytes = 0;
-  for (int msgs = 0; msgs < TCP_RX_MSGS && bytes < TCP_RX_BYTES;) {
-    /* back-pressure: see TCP_MAX_PENDING_SIGNALS; a broken socket is read
-     * to its end regardless, which decides the peer's fate */
-    if (s->rx_state == TCP_RX_HDR && s->rx_have == 0 && s->index == 0 &&
-        p->psig_n >= TCP_MAX_PENDING_SIGNALS && !broken)
+  for (int msgs = 0;;) {
+    if (s->rx_bye && s->rb_len) {
+      snprintf(why, sizeof why, "%zu bytes after its goodbye", s->rb_len);
+      bad(s, MEP_ERR_PROTOCOL, why);
       return;
+    }
+    if (!s->rb_len && (msgs >= TCP_RX_MSGS || bytes >= TCP_RX_BYTES)) return;
+    /* back-pressure: see TCP_MAX_PENDING_SIGNALS; a broken socket is read
+     * to its end regardless, which decides the peer's fate. What rb still
+     * holds is handled once a signal applied (mep__tcp_on_readable). */
+    if (s->rx_state == TCP_RX_HDR && s->rx_have == 0 && s->index == 0 &&
+        p->psig_n >= TCP_MAX_PENDING_SIGNALS && !broken) {
+      s->rx_stalled = s->rb_len != 0;
+      return;
+    }
     ssize_t n;
-    if (s->rx_state == TCP_RX_PAYLOAD) {
+    if (s->rx_state == TCP_RX_PAYLOAD &&
+        (s->rb_len || s->rx_left >= TCP_RX_DIRECT)) {
+      int direct = !s->rb_len;
       n = read_payload(s, fd);
       if (n == -2) {
         snprintf(why, sizeof why,
@@ -266,7 +315,7 @@ void mep__tcp_on_readable(tcp_sock_t *s) {
         return;
       }
       if (n > 0) {
-        bytes += (uint64_t)n;
+        if (direct) bytes += (uint64_t)n;
         s->rx_left -= (uint64_t)n;
         if (!s->rx_left) {
           msgs++;
@@ -274,20 +323,17 @@ void mep__tcp_on_readable(tcp_sock_t *s) {
         }
         continue;
       }
+    } else if (s->rb_len) {
+      take_head(s);
+      if (s->rx_have < s->rx_need) continue;
+      uint64_t before = s->rx_seq;
+      if (on_head(s)) return;
+      msgs += s->rx_seq != before;
+      continue;
     } else {
-      n = recv(fd, s->rx_buf + s->rx_have, s->rx_need - s->rx_have,
-               MSG_DONTWAIT);
-      if (n > 0 && s->rx_bye) {
-        snprintf(why, sizeof why, "%zd bytes after its goodbye", n);
-        bad(s, MEP_ERR_PROTOCOL, why);
-        return;
-      }
+      n = fill(s, fd);
       if (n > 0) {
-        s->rx_have += (size_t)n;
-        if (s->rx_have < s->rx_need) continue;
-        uint64_t before = s->rx_seq;
-        if (on_head(s)) return;
-        msgs += s->rx_seq != before;
+        bytes += (uint64_t)n;
         continue;
       }
     }
@@ -304,4 +350,14 @@ void mep__tcp_on_readable(tcp_sock_t *s) {
     lost(s, why);
     return;
   }
+}
+
+void mep__tcp_on_readable(tcp_sock_t *s) {
+  read_sock(s);
+  /* socket 0 stopped for back-pressure with messages in its rb raises no
+   * event for them: resume it once signals applied */
+  tcp_sock_t *s0 = &s->peer->socks[0];
+  if (s != s0 && s0->rx_stalled &&
+      s->peer->psig_n < TCP_MAX_PENDING_SIGNALS)
+    read_sock(s0);
 }

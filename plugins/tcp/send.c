@@ -6,6 +6,12 @@
  * queue was empty; what the kernel does not take stays queued and poll()
  * finishes it on EPOLLOUT, which is armed only while a queue is non-empty.
  * A write's token completes once its last byte went to the kernel.
+ *
+ * A small write (TCP_LAZY_WRITE) is deferred instead: it waits in its
+ * queue, marked lazy, so that the signal that usually follows leaves with
+ * it in one sendmsg, one TCP segment, and the receiver reads both at once.
+ * The peer goes on the context's lazy list, and the next poll() sends
+ * whatever a signal did not; close() sends it before its goodbye.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -113,9 +119,61 @@ static void broke(tcp_sock_t *s, int err) {
   shutdown(s->fd, SHUT_RDWR);
 }
 
-/* peer->mu held: appends, and sends at once if the queue was empty. */
+/* peer->mu held: sends what s's queue holds now, deferred writes too. */
+static void kick(tcp_sock_t *s) {
+  s->lazy = 0;
+  int rc = flush(s);
+  if (rc < 0)
+    broke(s, -rc);
+  else
+    arm_out(s);
+}
+
+/* peer->mu held: puts p on the list of peers poll() must flush. */
+static void list_lazy(tcp_peer_t *p) {
+  if (p->lazy_listed) return;
+  tcp_ctx_t *ctx = p->ctx;
+  p->lazy_listed = 1;
+  pthread_mutex_lock(&ctx->lazy_mu);
+  p->lazy_next = ctx->lazy_head;
+  __atomic_store_n(&ctx->lazy_head, p, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ctx->lazy_mu);
+}
+
+void mep__tcp_flush_lazy_peer(tcp_peer_t *p) {
+  for (int i = 0; i < p->ctx->cfg.nsock; i++) {
+    tcp_sock_t *s = &p->socks[i];
+    if (!s->lazy) continue;
+    if (p->dead)
+      s->lazy = 0;
+    else
+      kick(s);
+  }
+}
+
+void mep__tcp_flush_lazy(tcp_ctx_t *ctx) {
+  if (!__atomic_load_n(&ctx->lazy_head, __ATOMIC_ACQUIRE)) return;
+  pthread_mutex_lock(&ctx->lazy_mu);
+  tcp_peer_t *p = ctx->lazy_head;
+  __atomic_store_n(&ctx->lazy_head, NULL, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&ctx->lazy_mu);
+  /* lazy_next is written only by list_lazy, under the peer's mu, and
+   * only while the peer is not listed: read it before unlisting */
+  while (p) {
+    pthread_mutex_lock(&p->mu);
+    tcp_peer_t *next = p->lazy_next;
+    p->lazy_next = NULL;
+    p->lazy_listed = 0;
+    mep__tcp_flush_lazy_peer(p);
+    pthread_mutex_unlock(&p->mu);
+    p = next;
+  }
+}
+
+/* peer->mu held: appends, and sends at once (with whatever was deferred
+ * before it) unless the queue waits for room in the kernel. */
 static void submit(tcp_sock_t *s, tcp_item_t *it) {
-  int was_empty = s->head == NULL;
+  int go = s->head == NULL || s->lazy;
   it->next = NULL;
   if (s->tail)
     s->tail->next = it;
@@ -124,12 +182,7 @@ static void submit(tcp_sock_t *s, tcp_item_t *it) {
   s->tail = it;
   s->queued += item_total(it);
   s->tx_seq++;
-  if (!was_empty) return;
-  int rc = flush(s);
-  if (rc < 0)
-    broke(s, -rc);
-  else
-    arm_out(s);
+  if (go) kick(s);
 }
 
 void mep__tcp_on_writable(tcp_sock_t *s) {
@@ -156,6 +209,7 @@ void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
     }
     s->tail = NULL;
     s->queued = 0;
+    s->lazy = 0;
   }
 }
 
@@ -266,8 +320,10 @@ int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mrp, uint64_t loff,
     return rc;
   }
   if (len == 0) {
-    /* nothing to move; complete in order with nothing */
+    /* nothing to move; complete in order with nothing, after what was
+     * deferred before */
     free(items[0]);
+    mep__tcp_flush_lazy_peer(p);
     mep__tcp_cq_push(ctx, token, 0, p->rank);
   } else {
     uint32_t start = n == 1 ? pick(p)->index : p->rr++ % k;
@@ -277,7 +333,7 @@ int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mrp, uint64_t loff,
     int was_empty[MEP_TCP_MAX_SOCKS];
     for (uint32_t i = 0; i < n; i++) {
       tcp_sock_t *s = &p->socks[(start + i) % k];
-      was_empty[i] = s->head == NULL;
+      was_empty[i] = s->head == NULL || s->lazy;
       set_seq(items[i], s->tx_seq++);
       items[i]->next = NULL;
       if (s->tail)
@@ -290,11 +346,13 @@ int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mrp, uint64_t loff,
     for (uint32_t i = 0; i < n && !p->dead; i++) {
       tcp_sock_t *s = &p->socks[(start + i) % k];
       if (!was_empty[i]) continue;
-      int frc = flush(s);
-      if (frc < 0)
-        broke(s, -frc);
-      else
-        arm_out(s);
+      if (n == 1 && len <= TCP_LAZY_WRITE && !s->tx_err &&
+          s->queued <= TCP_LAZY_MAX) {
+        s->lazy = 1;
+        list_lazy(p);
+        continue;
+      }
+      kick(s);
     }
   }
   pthread_mutex_unlock(&p->mu);
@@ -351,6 +409,10 @@ int mep__tcp_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmrp, uint64_t roff,
   mep__tcp_msg_encode(it->hdr, &m);
   for (uint32_t i = 0; i < k; i++)
     mep__tcp_put64(it->hdr + MEP_TCP_HDR_LEN + 8 * i, p->socks[i].tx_seq);
+  /* the writes the signal counts leave now; those deferred on socket 0
+   * leave with it, in the same sendmsg */
+  for (uint32_t i = 1; i < k; i++)
+    if (p->socks[i].lazy) kick(&p->socks[i]);
   submit(s0, it);
   pthread_mutex_unlock(&p->mu);
   return 0;

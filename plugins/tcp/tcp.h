@@ -7,6 +7,7 @@
  *   ctx->mu     the peers table and the pending handshakes
  *   peer->mu    a peer's state, its sockets' fds and send queues
  *   ctx->cq_mu  the completion queue (a leaf)
+ *   ctx->lazy_mu the list of peers with deferred small writes (a leaf)
  *   ctx->rx_mu  the region table; held by the poll thread while it reads a
  *               payload into region memory or applies a signal, so dereg
  *               cannot return while bytes still land in the region (a leaf)
@@ -38,6 +39,18 @@
 #define TCP_LOG(ctx, lvl, ...) ((ctx)->env->log((lvl), __VA_ARGS__))
 #define TCP_ERR(ctx, code, ...) ((ctx)->env->set_error(__VA_ARGS__), (code))
 
+/* A write this short that finds its socket's queue empty is not sent at
+ * once but deferred: a signal() that follows sends both in one sendmsg
+ * (one TCP segment). Deferred writes leave with the next signal on the
+ * peer, the next poll() or close(), whichever comes first; at most
+ * TCP_LAZY_MAX bytes wait so. */
+#define TCP_LAZY_WRITE (16u * 1024u)
+#define TCP_LAZY_MAX (64u * 1024u)
+/* Each socket reads into a buffer of this size and parses every message
+ * it holds; a payload at least TCP_RX_DIRECT long that finds the buffer
+ * empty is read straight into its region instead. */
+#define TCP_RXBUF_LEN (32u * 1024u)
+#define TCP_RX_DIRECT (8u * 1024u)
 /* Writes at least twice this long are striped over the peer's sockets. */
 #define TCP_STRIPE_MIN (256u * 1024u)
 /* A signal waits on the receiver until the writes before it arrived; past
@@ -98,6 +111,8 @@ typedef struct tcp_sock {
   uint64_t queued;   /* bytes not yet handed to the kernel */
   uint64_t tx_seq;   /* messages queued on this socket so far */
   int out_armed;     /* EPOLLOUT is on */
+  int lazy;          /* the queue holds deferred writes nobody tried to
+                        send yet (TCP_LAZY_WRITE) */
   int tx_err;        /* a send failed with this errno: nothing more is
                         sent here, the socket is shut down */
   /* receive side, poll thread only */
@@ -108,6 +123,9 @@ typedef struct tcp_sock {
   uint64_t rx_seq;  /* messages received completely */
   int rx_bye;       /* the peer's BYE arrived here */
   int rx_ended;     /* and then the end of the stream: no longer watched */
+  int rx_stalled;   /* back-pressure stopped it with bytes in rb */
+  uint8_t *rb;      /* TCP_RXBUF_LEN bytes read ahead, made on first use */
+  size_t rb_off, rb_len; /* the unparsed bytes: rb[rb_off..+rb_len) */
   uint8_t rx_buf[MEP_TCP_HDR_LEN + MEP_TCP_MAX_TRAILER];
 } tcp_sock_t;
 
@@ -132,6 +150,8 @@ typedef struct tcp_peer {
   int nbye;        /* sockets whose BYE arrived, poll thread only */
   uint32_t rr;
   tcp_rmr_t *rmrs; /* imported regions, freed at fini if still there */
+  int lazy_listed;  /* on ctx->lazy_head (under mu) */
+  struct tcp_peer *lazy_next; /* under ctx->lazy_mu */
   /* pending signals, poll thread only: a ring of entries of
    * (4 + nsock) u64: region, op, offset, value, counts... */
   uint64_t *psig;
@@ -179,6 +199,9 @@ typedef struct tcp_ctx {
   mep_tp_completion_t *cq;
   size_t cq_head, cq_n, cq_cap;
   int cq_armed; /* the eventfd is readable */
+
+  pthread_mutex_t lazy_mu;
+  tcp_peer_t *lazy_head; /* peers with deferred writes; atomic reads */
 } tcp_ctx_t;
 
 /* config.c */
@@ -221,6 +244,10 @@ int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mr, uint64_t loff,
 int mep__tcp_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, uint64_t roff,
                     uint64_t value, mep_signal_op_t op);
 void mep__tcp_on_writable(tcp_sock_t *s);
+/* Sends the deferred writes of every peer (poll thread). */
+void mep__tcp_flush_lazy(tcp_ctx_t *ctx);
+/* peer->mu held: sends p's deferred writes. */
+void mep__tcp_flush_lazy_peer(tcp_peer_t *p);
 void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report);
 
 /* bye.c */
