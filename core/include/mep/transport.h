@@ -16,8 +16,10 @@
  * keeps working when fields are appended.
  *
  * Threads: the core calls poll() from one thread at a time (its progress
- * thread); every other function may be called from other threads at the
- * same time as poll() and each other, so a plugin guards its shared state.
+ * thread, or a thread waiting for its own request: not always the same
+ * thread, but never two at once); every other function may be called from
+ * other threads at the same time as poll() and each other, so a plugin
+ * guards its shared state.
  * init/fini of one context are not concurrent with anything on it.
  *
  * Errors: functions return 0 or a negative MEP_ERR_* (mep.h) and describe
