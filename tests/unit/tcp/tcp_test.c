@@ -98,6 +98,19 @@ void tt_send(int fd, const void *buf, size_t len) {
   xfer(fd, (void *)(uintptr_t)buf, len, 1, 60000);
 }
 
+void tt_barrier(int cfd, void (*pump)(void *arg), void *arg) {
+  uint8_t b = 1;
+  tt_send(cfd, &b, 1);
+  double deadline = tt_now() + 60;
+  for (;;) {
+    struct pollfd pf = {.fd = cfd, .events = POLLIN};
+    if (poll(&pf, 1, 0) > 0) break;
+    pump(arg);
+    TT_CHECK(tt_now() < deadline, "barrier: the other side never came");
+  }
+  tt_recv(cfd, &b, 1, 1000);
+}
+
 size_t tt_recv(int fd, void *buf, size_t cap, int timeout_ms) {
   uint64_t n;
   xfer(fd, &n, sizeof n, 0, timeout_ms);

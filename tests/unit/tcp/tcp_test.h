@@ -61,6 +61,12 @@ int tt_try_open(tt_host_t *h, const char *key, const char *val);
 void tt_send(int fd, const void *buf, size_t len);
 size_t tt_recv(int fd, void *buf, size_t cap, int timeout_ms);
 
+/* Both processes of a pair meet here over the control socket cfd, with
+ * pump(arg) called meanwhile so the plugin keeps being polled (a side may
+ * still await completions). The other side may start its next phase, and
+ * its writes land, before this returns: check data before. */
+void tt_barrier(int cfd, void (*pump)(void *arg), void *arg);
+
 double tt_now(void);
 /* Open file descriptors of this process (a leak check). */
 int tt_count_fds(void);
