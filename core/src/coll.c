@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "ft.h"
 #include "log.h"
 #include "reduce.h"
 #include "region.h"
@@ -22,7 +23,10 @@ typedef struct chdr {
   uint64_t digest; /* of kind, dtype, op, count, root */
   uint64_t count;
   uint64_t total;  /* bytes of this pair's message in this step */
-  uint32_t kind, dtype, op;
+  uint32_t epoch;  /* of the attempt (a collective runs again over the
+                      survivors when ranks are lost) */
+  uint16_t kind;
+  uint8_t dtype, op;
   int32_t root;
   uint32_t step, chunk;
   uint32_t sender, magic;
@@ -32,10 +36,12 @@ _Static_assert(sizeof(chdr_t) <= HDR_BYTES, "chunk header too large");
 struct mep__coll {
   size_t chunk, slot;
   uint8_t *send_stage, *recv_stage; /* [rank][2] slots */
-  uint64_t *sig;                    /* data[rank], then credit[rank] */
+  uint64_t *sig;                    /* data[rank], credit[rank], done[rank] */
   mep_region_t *rs, *rr, *rg;
   uint64_t *sent, *consumed;        /* chunk sequence numbers per peer */
   uint64_t seq;                     /* collectives started */
+  int agreement;                    /* [core] agreement = on */
+  uint64_t cur_done;                /* done word of the running attempt */
   uint8_t *acc;
   size_t two_shot;                  /* [core] two_shot_bytes */
 };
@@ -47,9 +53,10 @@ size_t mep__coll_two_shot(const mep_comm_t *comm) {
 /* ------------------------------------------------------------ set-up */
 
 static int import_all(mep_comm_t *comm, mep_region_t *r) {
+  const uint8_t *act = mep__ft_act(comm);
   for (int p = 0; p < comm->size; p++) {
     mep__remote_t *rem;
-    if (p == comm->rank) continue;
+    if (p == comm->rank || !act[p]) continue;
     int rc = mep__region_remote(r, p, &rem);
     if (rc) return rc;
   }
@@ -69,12 +76,16 @@ int mep__coll_init(mep_comm_t *comm) {
   if (!c) return mep__err(MEP_ERR_NOMEM, "out of memory");
   comm->coll = c;
   c->two_shot = (size_t)two_shot;
-  size_t n = (size_t)comm->size;
+  size_t n = (size_t)comm->max_size;
+  int agree = 0;
+  rc = mep__config_choice(comm->cfg, "core", "agreement", &agree);
+  if (rc) return rc;
+  c->agreement = agree == 0;
   c->chunk = (size_t)chunk & ~(size_t)63;
   c->slot = HDR_BYTES + c->chunk;
   c->send_stage = malloc(n * 2 * c->slot);
   c->recv_stage = malloc(n * 2 * c->slot);
-  c->sig = calloc(2 * n, sizeof *c->sig);
+  c->sig = calloc(3 * n, sizeof *c->sig);
   c->sent = calloc(n, sizeof *c->sent);
   c->consumed = calloc(n, sizeof *c->consumed);
   c->acc = malloc(2 * c->chunk); /* float16 accumulates in float32 */
@@ -88,11 +99,30 @@ int mep__coll_init(mep_comm_t *comm) {
     rc = mep_region_register(comm, c->recv_stage, n * 2 * c->slot,
                              MEP_MEM_HOST, &c->rr);
   if (rc == MEP_OK)
-    rc = mep_region_register(comm, c->sig, 2 * n * sizeof *c->sig,
+    rc = mep_region_register(comm, c->sig, 3 * n * sizeof *c->sig,
                              MEP_MEM_HOST, &c->rg);
-  if (rc == MEP_OK) rc = import_all(comm, c->rr);
+  return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
+}
+
+int mep__coll_connect(mep_comm_t *comm) {
+  struct mep__coll *c = comm->coll;
+  int rc = import_all(comm, c->rr);
   if (rc == MEP_OK) rc = import_all(comm, c->rg);
   return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
+}
+
+void mep__coll_reset_peer(mep_comm_t *comm, int p) {
+  struct mep__coll *c = comm->coll;
+  size_t n = (size_t)comm->max_size;
+  c->sent[p] = c->consumed[p] = 0;
+  for (size_t i = 0; i < 3; i++)
+    __atomic_store_n(&c->sig[i * n + (size_t)p], 0, __ATOMIC_RELEASE);
+  memset(c->recv_stage + (size_t)p * 2 * c->slot, 0, 2 * c->slot);
+}
+
+uint64_t mep__coll_ops(const mep_comm_t *comm) { return comm->coll->seq; }
+void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops) {
+  comm->coll->seq = ops;
 }
 
 void mep__coll_fini(mep_comm_t *comm) {
@@ -129,7 +159,7 @@ int mep__step_alloc(mep__step_t *st, int size) {
 }
 
 void mep__plan_free(mep__plan_t *plan) {
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < plan->nsteps; i++) {
     mep__step_t *st = &plan->steps[i];
     free(st->send_to);
     free((void *)st->sptr);
@@ -138,13 +168,13 @@ void mep__plan_free(mep__plan_t *plan) {
     free(st->rptr);
     free(st->rbytes);
   }
-  for (int i = 0; i < 4; i++) free(plan->owned[i]);
   memset(plan, 0, sizeof *plan);
 }
 
 static const char *const kind_names[] = {
-    "broadcast", "reduce",  "allreduce", "allgather", "reduce_scatter",
-    "alltoall",  "alltoallv", "gather",  "scatter",   "barrier"};
+    "broadcast", "reduce",    "allreduce", "allgather",  "reduce_scatter",
+    "alltoall",  "alltoallv", "gather",    "scatter",    "barrier",
+    "peer_state", "recover_ranks"};
 
 static uint64_t digest_of(const mep__plan_t *p) {
   uint64_t h = 1469598103934665603ull, v[5] = {
@@ -174,12 +204,16 @@ static void describe(char *buf, size_t len, uint32_t kind, uint32_t dtype,
 /* ------------------------------------------------------------ execution */
 
 typedef struct op {
+  mep__coll_spec_t spec;
   mep__plan_t plan;
+  uint8_t *act;      /* the attempt's active set */
+  int nact, first, last; /* active ranks, lowest and highest */
   int step, started;
   size_t sj, rj;   /* send and receive cursors: chunk index ... */
   int sk, rs;      /* ... and peer */
   size_t smax, rmax; /* chunks of the longest message of the step */
-  uint64_t seq, digest, deadline;
+  uint64_t seq, epoch, digest, deadline, probe_end;
+  int data_done, done_sent, probed;
   char waiting[160];
 } op_t;
 
@@ -209,9 +243,10 @@ static int fail(mep_req_t *req, int code, const char *fmt, ...)
     MEP_PRINTF(3, 4);
 static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   op_t *o = req->impl;
+  req->comm->coll->cur_done = 0;
   char what[96], msg[400];
-  describe(what, sizeof what, (uint32_t)o->plan.kind, (uint32_t)o->plan.dtype,
-           (uint32_t)o->plan.op, o->plan.count, o->plan.root);
+  describe(what, sizeof what, (uint32_t)o->spec.kind, (uint32_t)o->spec.dtype,
+           (uint32_t)o->spec.op, o->plan.count, o->spec.root);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -220,8 +255,14 @@ static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   return 1;
 }
 
+/* A peer that failed is not an error of the collective: the survivors
+ * agree on who is left (ft.c) and the attempt starts again over them. */
 static int peer_dead(mep_comm_t *comm, int p) {
   return atomic_load(&comm->peers[p].failed);
+}
+
+static int lost(int rc) {
+  return rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED;
 }
 
 static int release(mep_comm_t *comm, int s);
@@ -234,19 +275,19 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
   uint64_t seq = c->sent[p] + 1;
-  if (load(&c->sig[comm->size + p]) + 2 < seq) {
+  if (peer_dead(comm, p) || load(&c->sig[comm->max_size + p]) + 2 < seq) {
     snprintf(o->waiting, sizeof o->waiting, "waiting for rank %d to free "
              "a staging slot (chunk %zu of step %d)", p, j, o->step);
-    return peer_dead(comm, p) ? MEP_ERR_PEER_FAILED : 0;
+    return 0;
   }
   size_t total = st->sbytes[p], len = chunk_len(c, total, j);
   uint8_t *slot = stage(c, c->send_stage, p, seq);
   chdr_t h = {.seq = o->seq, .digest = o->digest, .count = o->plan.count,
-              .total = total, .kind = (uint32_t)o->plan.kind,
-              .dtype = (uint32_t)o->plan.dtype, .op = (uint32_t)o->plan.op,
-              .root = o->plan.root, .step = (uint32_t)o->step,
-              .chunk = (uint32_t)j, .sender = (uint32_t)comm->rank,
-              .magic = HDR_MAGIC};
+              .total = total, .epoch = (uint32_t)o->epoch,
+              .kind = (uint16_t)o->plan.kind, .dtype = (uint8_t)o->plan.dtype,
+              .op = (uint8_t)o->plan.op, .root = o->plan.root,
+              .step = (uint32_t)o->step, .chunk = (uint32_t)j,
+              .sender = (uint32_t)comm->rank, .magic = HDR_MAGIC};
   memcpy(slot, &h, sizeof h);
   if (len) memcpy(slot + HDR_BYTES, st->sptr[p] + j * c->chunk, len);
   size_t off = stage_off(c, p, seq), roff = stage_off(c, comm->rank, seq);
@@ -254,9 +295,16 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
   if (rc == MEP_OK)
     rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
                     MEP_SIGNAL_SET);
+  if (lost(rc)) return 0;
   if (rc) return rc;
   c->sent[p] = seq;
   return 1;
+}
+
+/* A chunk of an attempt abandoned when ranks were lost: nobody wants it. */
+static int stale(const op_t *o, const chdr_t *h) {
+  return h->magic == HDR_MAGIC && h->epoch < (uint32_t)o->epoch &&
+         h->seq <= o->seq;
 }
 
 /* The header of the next chunk from s, once it is there: 1 ready (*hdr and
@@ -266,20 +314,28 @@ static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
-  uint64_t seq = c->consumed[s] + 1;
-  if (load(&c->sig[s]) < seq) {
-    snprintf(o->waiting, sizeof o->waiting, "waiting for chunk %zu of step "
-             "%d from rank %d", j, o->step, s);
-    return peer_dead(comm, s) ? MEP_ERR_PEER_FAILED : 0;
-  }
-  const uint8_t *slot = stage(c, c->recv_stage, s, seq);
   chdr_t h;
-  memcpy(&h, slot, sizeof h);
+  const uint8_t *slot;
+  for (;;) {
+    uint64_t seq = c->consumed[s] + 1;
+    if (load(&c->sig[s]) < seq) {
+      snprintf(o->waiting, sizeof o->waiting, "waiting for chunk %zu of "
+               "step %d from rank %d", j, o->step, s);
+      return 0;
+    }
+    slot = stage(c, c->recv_stage, s, seq);
+    memcpy(&h, slot, sizeof h);
+    if (!stale(o, &h)) break;
+    int rc = release(comm, s);
+    if (rc) return rc;
+  }
   if (h.magic != HDR_MAGIC || h.sender != (uint32_t)s) {
     fail(req, MEP_ERR_PROTOCOL, "chunk from rank %d has a bad header "
          "(magic %#x, sender %u)", s, h.magic, h.sender);
     return MEP_ERR_PROTOCOL;
   }
+  if (h.seq == o->seq && h.epoch > (uint32_t)o->epoch)
+    return 0; /* it adopted a newer epoch; so will this rank */
   if (h.seq != o->seq || h.digest != o->digest) {
     /* A chunk of an earlier collective was never expected here: take it
      * out of the way, so the next collective starts clean. */
@@ -319,19 +375,27 @@ static int mismatch(mep_req_t *req, int s, const chdr_t *h) {
 
 /* After the last step: data that arrived from a rank this one expected
  * nothing from, in this collective or an earlier one, means the ranks
- * disagreed (a different root, say). */
+ * disagreed (a different root, say). Chunks of abandoned attempts are
+ * only cleared away. */
 static int check_strays(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
   for (int s = 0; s < comm->size; s++) {
-    uint64_t seq = c->consumed[s] + 1;
-    if (s == comm->rank || load(&c->sig[s]) < seq) continue;
-    chdr_t h;
-    memcpy(&h, stage(c, c->recv_stage, s, seq), sizeof h);
-    if (h.magic != HDR_MAGIC || h.seq > o->seq) continue; /* next one's */
-    release(comm, s);
-    return mismatch(req, s, &h);
+    if (s == comm->rank || !o->act[s]) continue;
+    for (;;) {
+      uint64_t seq = c->consumed[s] + 1;
+      if (load(&c->sig[s]) < seq) break;
+      chdr_t h;
+      memcpy(&h, stage(c, c->recv_stage, s, seq), sizeof h);
+      if (stale(o, &h)) {
+        release(comm, s);
+        continue;
+      }
+      if (h.magic != HDR_MAGIC || h.seq > o->seq) break; /* next one's */
+      release(comm, s);
+      return mismatch(req, s, &h);
+    }
   }
   return MEP_OK;
 }
@@ -341,9 +405,10 @@ static int check_strays(mep_req_t *req) {
 static int release(mep_comm_t *comm, int s) {
   struct mep__coll *c = comm->coll;
   uint64_t seq = ++c->consumed[s];
-  int rc = mep_signal(comm, s, c->rg, (size_t)(comm->size + comm->rank) * 8,
-                      seq, MEP_SIGNAL_SET);
-  return rc == MEP_ERR_CLOSED || rc == MEP_ERR_PEER_FAILED ? MEP_OK : rc;
+  int rc = mep_signal(comm, s, c->rg,
+                      (size_t)(comm->max_size + comm->rank) * 8, seq,
+                      MEP_SIGNAL_SET);
+  return lost(rc) ? MEP_OK : rc;
 }
 
 /* Copy mode: chunk j from s into place. */
@@ -360,7 +425,8 @@ static int recv_copy(mep_req_t *req, int s, size_t j) {
   return rc ? rc : 1;
 }
 
-/* Reduce mode: contribution of s to chunk j, in rank order. */
+/* Reduce mode: contribution of s to chunk j, in rank order over the
+ * attempt's active ranks. */
 static int recv_reduce(mep_req_t *req, int s, size_t j) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
@@ -372,7 +438,7 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
     int rc = chunk_from(req, s, j, st->rlen, &src);
     if (rc <= 0) return rc;
   }
-  if (s == 0)
+  if (s == o->first)
     mep__acc_load(o->plan.dtype, c->acc, src, n);
   else
     mep__acc_combine(o->plan.dtype, o->plan.op, c->acc, src, n);
@@ -380,9 +446,9 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
     int rc = release(comm, s);
     if (rc) return rc;
   }
-  if (s == comm->size - 1)
+  if (s == o->last)
     mep__acc_store(o->plan.dtype, o->plan.op, c->acc,
-                   st->rout + j * c->chunk, n, comm->size);
+                   st->rout + j * c->chunk, n, o->nact);
   return 1;
 }
 
@@ -441,7 +507,7 @@ static int pump_recvs(mep_req_t *req) {
   while (o->rj < o->rmax) {
     int s = o->rs, rc = 0, wanted;
     if (reducing(st))
-      wanted = 1;
+      wanted = o->act[s];
     else
       wanted = s != comm->rank && st->recv_from[s] &&
                o->rj < nchunks(comm->coll, st->rbytes[s]);
@@ -456,57 +522,193 @@ static int pump_recvs(mep_req_t *req) {
   return moved;
 }
 
+/* The word a rank sets at every peer once it holds all its data: the
+ * collective and the attempt's epoch, growing with both. */
+static uint64_t done_word(const op_t *o) { return o->seq << 24 | o->epoch; }
+
+/* (Re)builds the plan over the ranks active now: a collective starts as
+ * one attempt per epoch until one commits. */
+static int attempt(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  mep__plan_free(&o->plan);
+  o->epoch = mep__ft_epoch(comm);
+  if (o->epoch >= (1u << 24))
+    return mep__err(MEP_ERR_UNSUPPORTED, "the group changed 2^24 times");
+  memcpy(o->act, mep__ft_act(comm), (size_t)comm->max_size);
+  o->nact = 0;
+  o->first = o->last = -1;
+  for (int p = 0; p < comm->size; p++) {
+    if (!o->act[p]) continue;
+    if (o->first < 0) o->first = p;
+    o->last = p;
+    o->nact++;
+  }
+  o->step = o->started = o->data_done = o->done_sent = o->probed = 0;
+  o->deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
+  int rc = mep__plan_build(comm, &o->spec, o->act, &o->plan);
+  o->digest = digest_of(&o->plan);
+  comm->coll->cur_done = done_word(o);
+  if (o->epoch)
+    mep__debug("%s #%llu: attempt at epoch %llu over %d ranks",
+               kind_names[o->spec.kind], (unsigned long long)o->seq,
+               (unsigned long long)o->epoch, o->nact);
+  return rc;
+}
+
+
+/* With [core] agreement on, a collective finishes only once every active
+ * rank holds all its data (one round of signals): then a rank lost later
+ * cannot leave the survivors with different results. */
+static int all_done(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  size_t base = 2 * (size_t)comm->max_size;
+  if (!o->done_sent) {
+    for (int p = 0; p < comm->size; p++)
+      if (p != comm->rank && o->act[p] && !peer_dead(comm, p))
+        mep_signal(comm, p, c->rg, (base + (size_t)comm->rank) * 8,
+                   done_word(o), MEP_SIGNAL_SET);
+    o->done_sent = 1;
+  }
+  for (int p = 0; p < comm->size; p++) {
+    if (p == comm->rank || !o->act[p]) continue;
+    if (load(&c->sig[base + (size_t)p]) != done_word(o)) {
+      snprintf(o->waiting, sizeof o->waiting, "waiting for rank %d to hold "
+               "all its data", p);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+int mep__coll_done_from(const mep_comm_t *comm, int p) {
+  const struct mep__coll *c = comm->coll;
+  return c->cur_done &&
+         load(&c->sig[2 * (size_t)comm->max_size + (size_t)p]) == c->cur_done;
+}
+
+static int commit(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  comm->coll->cur_done = 0;
+  req->dropped = malloc((size_t)comm->max_size * sizeof *req->dropped);
+  if (!req->dropped)
+    return fail(req, MEP_ERR_NOMEM, "out of memory");
+  mep__ft_commit(comm, o->seq, o->act, req->dropped, &req->ndropped);
+  if (check_strays(req) != MEP_OK) return 1;
+  if (req->ndropped) {
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < req->ndropped && len < sizeof list - 16; i++)
+      len += (size_t)snprintf(list + len, sizeof list - len, " %d",
+                              req->dropped[i]);
+    mep__req_set(req, MEP_OK_DEGRADED, "finished over the survivors; "
+                 "dropped ranks:%s", list);
+  } else {
+    mep__req_set(req, MEP_OK, NULL);
+  }
+  return 1;
+}
+
+/* The deadline passed: probe the peers before blaming them. A peer that
+ * does not answer leaves the group (and the attempt starts again over the
+ * others); if every peer answers, they are alive but not calling this
+ * collective, and it fails. */
+static int overdue(mep_req_t *req, uint64_t now) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  if (!o->probed) {
+    mep__info("%s #%llu passed its deadline, %s: probing the peers",
+              kind_names[o->spec.kind], (unsigned long long)o->seq,
+              o->waiting);
+    o->probed = 1;
+    o->probe_end = now + 2 * mep__ft_probe_ms(comm) + 100;
+    mep__ft_probe(comm);
+    return 0;
+  }
+  if (now < o->probe_end) return 0;
+  return fail(req, MEP_ERR_TIMEOUT, "%s: still %s after %d ms (every rank "
+              "answers probes: it is alive but not taking part)",
+              o->plan.algo, o->waiting, comm->timeout_ms);
+}
+
 static int advance(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
   op_t *o = req->impl;
   int moved = 0;
   if (!o->seq) { /* its turn came: collectives start in call order */
-    o->seq = ++req->comm->coll->seq;
-    o->deadline = mep__now_ms() + (uint64_t)req->comm->timeout_ms;
-    mep__debug("%s #%llu: %s", kind_names[o->plan.kind],
-               (unsigned long long)o->seq, o->plan.algo);
+    o->seq = ++comm->coll->seq;
+    int rc = attempt(req);
+    if (rc) return fail(req, rc, "%s", mep_last_error());
   }
-  while (o->step < o->plan.nsteps) {
+  if (mep__ft_excluded(comm))
+    return fail(req, MEP_ERR_EXCLUDED, "the other ranks dropped this rank "
+                "from the group (it was unreachable or too slow)");
+  if (o->epoch != mep__ft_epoch(comm)) {
+    if (mep__ft_decided(comm) >= o->seq) {
+      /* another survivor finished it: so had every rank its data */
+      if (o->data_done) return commit(req);
+      return fail(req, MEP_ERR_PEER_FAILED, "ranks were lost after some "
+                  "survivors finished it and this rank lacks their data "
+                  "([core] agreement is off)");
+    }
+    int rc = attempt(req);
+    if (rc) return fail(req, rc, "%s", mep_last_error());
+    moved = 1;
+  }
+  if (mep__ft_agreeing(comm)) {
+    if (o->data_done && mep__ft_may_commit(comm) &&
+        (!comm->coll->agreement || all_done(req)))
+      return commit(req);
+    return moved ? 2 : 0;
+  }
+  while (!o->data_done && o->step < o->plan.nsteps) {
     if (!o->started) start_step(req);
     int s = pump_sends(req);
     int r = s < 0 ? 0 : pump_recvs(req);
     if (s < 0 || r < 0) {
       int rc = s < 0 ? s : r;
       if (req->status < 0) return 1; /* already described */
-      return fail(req, rc, "%s", rc == MEP_ERR_PEER_FAILED
-                                     ? o->waiting : mep_last_error());
+      return fail(req, rc, "%s", mep_last_error());
     }
     moved |= s | r;
     if (o->sj < o->smax || o->rj < o->rmax) break;
     o->step++;
     o->started = 0;
   }
-  if (o->step == o->plan.nsteps) {
-    if (check_strays(req) == MEP_OK) mep__req_set(req, MEP_OK, NULL);
-    return 1;
-  }
-  if (mep__now_ms() >= o->deadline)
-    return fail(req, MEP_ERR_TIMEOUT, "%s: still %s after %d ms",
-                o->plan.algo, o->waiting, req->comm->timeout_ms);
+  if (o->step == o->plan.nsteps) o->data_done = 1;
+  if (o->data_done && (!comm->coll->agreement || all_done(req)))
+    return commit(req);
+  uint64_t now = mep__now_ms();
+  if (now >= o->deadline && overdue(req, now)) return 1;
   return moved ? 2 : 0;
 }
 
 static void cleanup(mep_req_t *req) {
   op_t *o = req->impl;
   mep__plan_free(&o->plan);
+  mep__coll_spec_free(&o->spec);
+  free(o->act);
   free(o);
 }
 
-int mep__coll_start(mep_comm_t *comm, mep__plan_t *plan, mep_req_t **out) {
+int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
+                    mep_req_t **out) {
   op_t *o = calloc(1, sizeof *o);
-  mep_req_t *req = o ? mep__req_new(comm, MEP__REQ_COLL, advance, o, cleanup)
-                     : NULL;
+  uint8_t *act = o ? calloc((size_t)comm->max_size, 1) : NULL;
+  mep_req_t *req = act ? mep__req_new(comm, MEP__REQ_COLL, advance, o,
+                                      cleanup)
+                       : NULL;
   if (!req) {
+    free(act);
     free(o);
-    mep__plan_free(plan);
+    mep__coll_spec_free(spec);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }
-  o->plan = *plan;
-  memset(plan, 0, sizeof *plan);
-  o->digest = digest_of(&o->plan);
+  o->spec = *spec;
+  o->act = act;
+  memset(spec, 0, sizeof *spec);
   return mep__req_start(req, out);
 }

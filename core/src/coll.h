@@ -22,8 +22,18 @@
 /* At communicator creation, after connections, on every rank in the same
  * order: registers the staging regions. */
 int mep__coll_init(mep_comm_t *comm);
+/* Imports the active peers' staging (after connections). */
+int mep__coll_connect(mep_comm_t *comm);
 /* At destroy, after the engine was closed. */
 void mep__coll_fini(mep_comm_t *comm);
+/* Recovery: forgets the pair's sequence numbers and staged chunks, and
+ * reads or sets the number of collectives started (equal on all ranks). */
+void mep__coll_reset_peer(mep_comm_t *comm, int peer);
+uint64_t mep__coll_ops(const mep_comm_t *comm);
+/* Whether p told this rank it holds all data of the running collective:
+ * then p closing its communicator is no failure of that collective. */
+int mep__coll_done_from(const mep_comm_t *comm, int p);
+void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
 
 enum {
   MEP__COLL_BROADCAST,
@@ -36,6 +46,8 @@ enum {
   MEP__COLL_GATHER,
   MEP__COLL_SCATTER,
   MEP__COLL_BARRIER,
+  MEP__COLL_PEER_STATE, /* membership barriers (recover.c) */
+  MEP__COLL_RECOVER,
 };
 
 /* What a rank does in one step. Arrays have one entry per rank. */
@@ -67,14 +79,38 @@ typedef struct mep__plan {
   const char *algo;       /* "one-shot", "two-shot", "direct" */
   int nsteps;
   mep__step_t steps[2];
-  void *owned[4];         /* buffers the plan frees (temporary copies) */
 } mep__plan_t;
+
+/* A collective as the user called it, validated: the engine builds its
+ * plan from this when it starts, and again over the survivors when ranks
+ * are lost. */
+typedef struct mep__coll_spec {
+  int kind;
+  mep_dtype_t dtype;
+  mep_op_t op;
+  size_t count;
+  int root;        /* -1: none */
+  const void *send;
+  void *recv;      /* broadcast: the buffer */
+  size_t *v;       /* alltoallv: send counts, displs, recv counts, displs */
+  void *owned;     /* the private copy of an in-place input */
+} mep__coll_spec_t;
+void mep__coll_spec_free(mep__coll_spec_t *s);
+
+/* The plan of `s` for this rank over the ranks with act[r] != 0.
+ * MEP_ERR_PEER_FAILED when its root is not among them. */
+int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
+                    const uint8_t *act, mep__plan_t *p);
+
+/* A barrier of `kind` whose `tag` every rank must pass equal; blocking. */
+int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag);
 
 /* Allocates the per-rank arrays of a step (zeroed). */
 int mep__step_alloc(mep__step_t *st, int size);
 
-/* Starts executing `plan` (ownership passes) as a collective request. */
-int mep__coll_start(mep_comm_t *comm, mep__plan_t *plan, mep_req_t **out);
+/* Starts `spec` (ownership passes) as a collective request. */
+int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
+                    mep_req_t **out);
 
 /* [core] two_shot_bytes: the one-shot/two-shot switch. */
 size_t mep__coll_two_shot(const mep_comm_t *comm);

@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "error.h"
 #include "log.h"
 #include "coll.h"
+#include "ft.h"
 #include "p2p.h"
 #include "plugin.h"
 #include "req.h"
@@ -33,7 +35,7 @@ int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms) {
 
 void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
                          const char *why) {
-  if (peer < 0 || peer >= comm->size) return;
+  if (peer < 0 || peer >= comm->max_size) return;
   int expected = 0;
   if (!atomic_compare_exchange_strong(&comm->peers[peer].failed, &expected,
                                       code))
@@ -73,7 +75,7 @@ static int exchange_secret(mep_comm_t *comm) {
   char *k = key(comm, "secret", 0, 0);
   if (!k) return mep__err(MEP_ERR_NOMEM, "out of memory");
   int rc;
-  if (comm->rank == 0) {
+  if (comm->rank == 0 && !comm->joining) {
     if (getrandom(comm->secret, sizeof comm->secret, 0) !=
         (ssize_t)sizeof comm->secret)
       rc = mep__err_errno(MEP_ERR_SYSTEM, errno, "getrandom");
@@ -111,7 +113,7 @@ static int load_transport(mep_comm_t *comm, const char *name, int explicit_,
   }
   if (rc == MEP_OK) {
     tp->env.rank = comm->rank;
-    tp->env.size = comm->size;
+    tp->env.size = comm->max_size;
     tp->env.secret = comm->secret;
     tp->env.secret_len = sizeof comm->secret;
     tp->env.timeout_ms = comm->timeout_ms;
@@ -251,7 +253,7 @@ static int publish_card(mep_comm_t *comm) {
   return rc;
 }
 
-static int fetch_card(mep_comm_t *comm, int peer, mep__card_t *card) {
+int mep__comm_fetch_card(mep_comm_t *comm, int peer, mep__card_t *card) {
   char *k = key(comm, "card/%d", peer, 0);
   void *val = NULL;
   size_t len = 0;
@@ -282,20 +284,46 @@ static int reach_cb(void *arg, const char *name, int peer,
                            why, why_len);
 }
 
+static int choose_route(mep_comm_t *comm, int p, const mep__card_t *card) {
+  const char *name;
+  int rc = mep__route_pick(&comm->card, card, reach_cb, comm, &name);
+  if (rc) return rc;
+  int t = tp_index(comm, name);
+  comm->peers[p].tp = t;
+  mep__info("route to rank %d: %s", p, name);
+  return MEP_OK;
+}
+
 static int choose_routes(mep_comm_t *comm, mep__card_t *cards) {
+  comm->peers[comm->rank].tp = MEP_SELF_ROUTE;
   for (int p = 0; p < comm->size; p++) {
-    if (p == comm->rank) {
-      comm->peers[p].tp = MEP_SELF_ROUTE;
-      continue;
-    }
-    const char *name;
-    int rc = mep__route_pick(&comm->card, &cards[p], reach_cb, comm, &name);
+    if (p == comm->rank) continue;
+    int rc = choose_route(comm, p, &cards[p]);
     if (rc) return rc;
-    int t = tp_index(comm, name);
-    comm->peers[p].tp = t;
-    comm->tps[t].used = 1;
-    mep__info("route to rank %d: %s", p, name);
+    comm->tps[comm->peers[p].tp].used = 1;
   }
+  return MEP_OK;
+}
+
+int mep__comm_connect_peer(mep_comm_t *comm, int p, const mep__card_t *card,
+                           mep_tp_ep_t **ep) {
+  int rc = choose_route(comm, p, card);
+  if (rc) return rc;
+  mep__tp_t *tp = &comm->tps[comm->peers[p].tp];
+  /* A running progress thread polls the transports it started with. */
+  if (!tp->ctx || (comm->progress && !tp->used))
+    return mep__err(MEP_ERR_UNREACHABLE, "rank %d: route to rank %d is %s, "
+                    "which this rank does not run (no rank used it when the "
+                    "communicator was made)", comm->rank, p, tp->name);
+  tp->used = 1;
+  const mep__card_tp_t *ptp = NULL;
+  for (int i = 0; i < card->ntp; i++)
+    if (strcmp(card->tp[i].name, tp->name) == 0) ptp = &card->tp[i];
+  mep__err_clear();
+  rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len, ep);
+  if (rc)
+    return mep__err_wrap(rc, "rank %d: connect to rank %d over %s",
+                         comm->rank, p, tp->name);
   return MEP_OK;
 }
 
@@ -305,7 +333,7 @@ static int choose_routes(mep_comm_t *comm, mep__card_t *cards) {
 static int connect_all(mep_comm_t *comm, mep__card_t *cards) {
   for (int p = 0; p < comm->size; p++) {
     mep__peer_t *peer = &comm->peers[p];
-    if (peer->tp == MEP_SELF_ROUTE) continue;
+    if (p == comm->rank) continue;
     mep__tp_t *tp = &comm->tps[peer->tp];
     const mep__card_tp_t *ptp = NULL;
     for (int i = 0; i < cards[p].ntp; i++)
@@ -328,9 +356,14 @@ static void drop_unused(mep_comm_t *comm) {
 
 /* ---------------------------------------------------------------- create */
 
+/* Whether the caller's opts struct has `field` (older callers pass a
+ * smaller struct). */
+#define HAS(opts, field)                                                  \
+  ((opts) && (opts)->struct_size >= offsetof(mep_comm_opts_t, field) +    \
+                                        sizeof((opts)->field))
+
 static int configure(mep_comm_t *comm, const mep_comm_opts_t *opts) {
-  const mep_config_t *cfg =
-      opts && opts->struct_size >= sizeof *opts ? opts->config : NULL;
+  const mep_config_t *cfg = HAS(opts, config) ? opts->config : NULL;
   int rc = MEP_OK;
   if (!cfg) {
     rc = mep_config_load(NULL, &comm->own_cfg);
@@ -350,31 +383,44 @@ static int configure(mep_comm_t *comm, const mep_comm_opts_t *opts) {
   rc = mep__config_int(cfg, "core", "timeout_ms", 30000, 1, INT32_MAX, &t);
   if (rc) return rc;
   comm->timeout_ms = (int)t;
-  if (opts && opts->struct_size >= sizeof *opts && opts->timeout_ms > 0)
+  if (HAS(opts, timeout_ms) && opts->timeout_ms > 0)
     comm->timeout_ms = opts->timeout_ms;
-  const char *name =
-      opts && opts->struct_size >= sizeof *opts && opts->name ? opts->name
-                                                              : "mep";
+  const char *name = HAS(opts, name) && opts->name ? opts->name : "mep";
   comm->ns = strdup(name);
   return comm->ns ? MEP_OK : mep__err(MEP_ERR_NOMEM, "out of memory");
+}
+
+int mep__comm_secret_and_card(mep_comm_t *comm) {
+  int rc = exchange_secret(comm);
+  if (rc == MEP_OK) rc = load_transports(comm);
+  if (rc == MEP_OK) rc = publish_card(comm);
+  return rc;
 }
 
 static int build(mep_comm_t *comm) {
   mep__card_t *cards = calloc((size_t)comm->size, sizeof *cards);
   if (!cards) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  int rc = exchange_secret(comm);
-  if (rc == MEP_OK) rc = load_transports(comm);
-  if (rc == MEP_OK) rc = publish_card(comm);
+  int rc = mep__comm_secret_and_card(comm);
   for (int p = 0; rc == MEP_OK && p < comm->size; p++)
-    if (p != comm->rank) rc = fetch_card(comm, p, &cards[p]);
+    if (p != comm->rank) rc = mep__comm_fetch_card(comm, p, &cards[p]);
   if (rc == MEP_OK) rc = choose_routes(comm, cards);
   if (rc == MEP_OK) drop_unused(comm);
   if (rc == MEP_OK) rc = connect_all(comm, cards);
-  if (rc == MEP_OK) rc = mep__coll_init(comm);
-  if (rc == MEP_OK) rc = mep__p2p_init(comm);
+  if (rc == MEP_OK) rc = mep__comm_setup_state(comm);
+  if (rc == MEP_OK) rc = mep__coll_connect(comm);
+  if (rc == MEP_OK) rc = mep__p2p_connect(comm, mep__ft_act(comm));
   if (rc == MEP_OK) rc = mep__progress_start(comm);
   for (int p = 0; p < comm->size; p++) mep__card_free(&cards[p]);
   free(cards);
+  return rc;
+}
+
+/* Registers the staging of collectives, point-to-point and the control
+ * channel: the same regions in the same order on every rank. */
+int mep__comm_setup_state(mep_comm_t *comm) {
+  int rc = mep__coll_init(comm);
+  if (rc == MEP_OK) rc = mep__p2p_init(comm);
+  if (rc == MEP_OK) rc = mep__ft_init(comm);
   return rc;
 }
 
@@ -382,13 +428,21 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
                     const mep_comm_opts_t *opts, mep_comm_t **out) {
   if (!store || !out || !store->set || !store->get)
     return mep__err(MEP_ERR_INVALID, "mep_comm_create: NULL store or out");
+  int max = HAS(opts, max_size) && opts->max_size > size ? opts->max_size
+                                                         : size;
+  int join = HAS(opts, join) && opts->join;
   if (size < 1 || rank < 0 || rank >= size)
     return mep__err(MEP_ERR_INVALID, "mep_comm_create: rank %d is not in "
                                      "[0, %d)", rank, size);
+  if (join && !store->add)
+    return mep__err(MEP_ERR_INVALID, "mep_comm_create: joining needs a "
+                    "store with add()");
   mep_comm_t *comm = calloc(1, sizeof *comm);
   if (!comm) return mep__err(MEP_ERR_NOMEM, "out of memory");
   comm->rank = rank;
   comm->size = size;
+  comm->max_size = max;
+  comm->joining = join;
   comm->store = store;
   pthread_mutex_init(&comm->lock, NULL);
   pthread_mutex_init(&comm->engine_lock, NULL);
@@ -399,10 +453,12 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
   pthread_cond_init(&comm->wait_cv, &ca);
   pthread_condattr_destroy(&ca);
   mep__log_set_rank(rank);
-  comm->peers = calloc((size_t)size, sizeof *comm->peers);
-  int rc = comm->peers ? configure(comm, opts)
-                       : mep__err(MEP_ERR_NOMEM, "out of memory");
-  if (rc == MEP_OK) rc = build(comm);
+  comm->peers = calloc((size_t)max, sizeof *comm->peers);
+  comm->incarnation = calloc((size_t)max, sizeof *comm->incarnation);
+  int rc = comm->peers && comm->incarnation
+               ? configure(comm, opts)
+               : mep__err(MEP_ERR_NOMEM, "out of memory");
+  if (rc == MEP_OK) rc = join ? mep__comm_join(comm) : build(comm);
   if (rc) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", mep_last_error());
@@ -420,10 +476,11 @@ int mep_comm_destroy(mep_comm_t *comm) {
   /* Endpoints close before regions go: a peer's late credit or signal must
    * not arrive for a region that no longer exists (the transport would take
    * it for an attack). */
-  for (int p = 0; comm->peers && p < comm->size; p++) {
+  for (int p = 0; comm->peers && p < comm->max_size; p++) {
     mep__peer_t *peer = &comm->peers[p];
     if (peer->ep) comm->tps[peer->tp].vt->close(peer->ep);
   }
+  mep__ft_fini(comm);
   mep__p2p_fini(comm);
   mep__coll_fini(comm);
   while (comm->nregions) mep_region_deregister(comm->regions[0]);
@@ -437,6 +494,7 @@ int mep_comm_destroy(mep_comm_t *comm) {
   pthread_cond_destroy(&comm->wait_cv);
   free(comm->tps);
   free(comm->peers);
+  free(comm->incarnation);
   free(comm->ns);
   free(comm);
   return MEP_OK;
@@ -447,6 +505,7 @@ int mep_comm_size(const mep_comm_t *comm) { return comm ? comm->size : -1; }
 
 const char *mep_comm_route(const mep_comm_t *comm, int peer) {
   if (!comm || peer < 0 || peer >= comm->size) return NULL;
+  if (peer == comm->rank) return "self";
   int t = comm->peers[peer].tp;
-  return t == MEP_SELF_ROUTE ? "self" : comm->tps[t].name;
+  return comm->peers[peer].ep ? comm->tps[t].name : NULL;
 }

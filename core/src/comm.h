@@ -35,6 +35,9 @@ typedef struct mep__progress mep__progress_t;
 
 struct mep_comm {
   int rank, size;
+  int max_size;             /* rank slots; arrays by rank have this many */
+  int joining;              /* created to join a running group */
+  int64_t *incarnation;     /* per rank: the process admitted last */
   mep_store_t *store;
   char *ns;                 /* store key prefix */
   mep_config_t *own_cfg;    /* loaded by us, freed with the comm */
@@ -71,11 +74,21 @@ struct mep_comm {
   _Atomic int sleepers;
   struct mep__coll *coll; /* collective staging (coll.c) */
   struct mep__p2p *p2p;   /* point-to-point rings (p2p.c) */
+  struct mep__ft *ft;     /* active set, control channel (ft.c) */
 };
 
 /* Marks `peer` failed with `code` (first failure wins) and logs it once. */
 void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
                          const char *why);
+
+/* Creation steps shared with recovery (comm.c, recover.c). */
+struct mep__card;
+int mep__comm_setup_state(mep_comm_t *comm);
+int mep__comm_fetch_card(mep_comm_t *comm, int peer, struct mep__card *card);
+int mep__comm_connect_peer(mep_comm_t *comm, int p,
+                           const struct mep__card *card, mep_tp_ep_t **ep);
+int mep__comm_secret_and_card(mep_comm_t *comm);
+int mep__comm_join(mep_comm_t *comm);
 
 /* Deadline helpers: milliseconds on CLOCK_MONOTONIC. */
 uint64_t mep__now_ms(void);

@@ -46,6 +46,14 @@ static const mep__config_key_t table[] = {
     {"core", "two_shot_bytes", "262144", MEP__CFG_INT, 0, TIB, NULL,
      "all-reduce and broadcast messages above this size use the two-shot "
      "algorithm, smaller ones the one-shot"},
+    {"core", "probe_ms", "1000", MEP__CFG_INT, 1, INT32_MAX, NULL,
+     "how long a probed peer has to answer before it is treated as failed "
+     "(a wait past timeout_ms probes the peers it waits for)"},
+    {"core", "agreement", "on", MEP__CFG_CHOICE, 0, 0, "on|off",
+     "on: a collective finishes only once every rank holds its data, so "
+     "survivors of a failure agree on its result; off: one round less, and "
+     "a rank lost mid-collective may leave survivors with different "
+     "results"},
     {"core", "progress", "adaptive", MEP__CFG_CHOICE, 0, 0,
      "adaptive|spin|blocking",
      "how the progress thread waits: spin, then sleep (adaptive), always "

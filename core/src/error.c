@@ -27,9 +27,13 @@ static const char *const names[] = {
     [-MEP_ERR_AUTH] = "MEP_ERR_AUTH: peer failed authentication",
     [-MEP_ERR_UNSUPPORTED] = "MEP_ERR_UNSUPPORTED: not supported",
     [-MEP_ERR_CLOSED] = "MEP_ERR_CLOSED: closed",
+    [-MEP_ERR_EXCLUDED] = "MEP_ERR_EXCLUDED: dropped from the group by the "
+                          "other ranks",
 };
 
 const char *mep_strerror(int code) {
+  if (code == MEP_OK_DEGRADED)
+    return "MEP_OK_DEGRADED: finished over the surviving ranks";
   if (code > 0 || code < MEP_ERR_LAST || !names[-code])
     return "MEP_ERR_?: unknown error code";
   return names[-code];

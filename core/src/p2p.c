@@ -8,6 +8,7 @@
 
 #include "config.h"
 #include "error.h"
+#include "ft.h"
 #include "log.h"
 #include "region.h"
 #include "req.h"
@@ -27,7 +28,7 @@ static int geometry(mep_comm_t *comm, mep__p2p_geom_t *g) {
   if (rc == MEP_OK)
     rc = mep__config_known_int(comm->cfg, "core", "chunk_bytes", &chunk);
   if (rc) return mep__err_wrap(rc, "point-to-point rings");
-  int npeers = comm->size - 1;
+  int npeers = comm->max_size - 1;
   mep__p2p_geometry((uint64_t)buffer, (uint64_t)chunk, npeers, g);
   if ((size_t)npeers > SIZE_MAX / g->ring)
     return mep__err(MEP_ERR_NOMEM, "point-to-point rings: %d rings of %zu "
@@ -43,10 +44,10 @@ static int geometry(mep_comm_t *comm, mep__p2p_geom_t *g) {
 
 /* Imports the peers' rings and signal words now, so no request ever
  * waits on the store; and checks that every rank sized its rings alike. */
-static int import_peers(mep_comm_t *comm) {
+static int import_peers(mep_comm_t *comm, const uint8_t *act) {
   struct mep__p2p *p2p = comm->p2p;
   for (int p = 0; p < comm->size; p++) {
-    if (p == comm->rank) continue;
+    if (p == comm->rank || !act[p]) continue;
     mep__remote_t *ring, *sig;
     int rc = mep__region_remote(p2p->rr, p, &ring);
     if (rc == MEP_OK) rc = mep__region_remote(p2p->rg, p, &sig);
@@ -67,8 +68,8 @@ static int setup_rings(mep_comm_t *comm) {
   if (rc) return rc;
   p2p->payload = p2p->g.slot - MEP__P2P_HDR_BYTES;
   p2p->credit_batch = p2p->g.nslots / 2 ? p2p->g.nslots / 2 : 1;
-  size_t total = (size_t)(comm->size - 1) * p2p->g.ring;
-  p2p->sig_bytes = 2 * (size_t)comm->size * sizeof *p2p->sig;
+  size_t total = (size_t)(comm->max_size - 1) * p2p->g.ring;
+  p2p->sig_bytes = 2 * (size_t)comm->max_size * sizeof *p2p->sig;
   p2p->rings = zalloc64(total);
   p2p->stage = zalloc64(total);
   p2p->sig = zalloc64(p2p->sig_bytes);
@@ -83,7 +84,6 @@ static int setup_rings(mep_comm_t *comm) {
   if (rc == MEP_OK)
     rc = mep_region_register(comm, p2p->sig, p2p->sig_bytes, MEP_MEM_HOST,
                              &p2p->rg);
-  if (rc == MEP_OK) rc = import_peers(comm);
   if (rc) return rc;
   mep__debug("p2p: %zu slots of %zu bytes per peer (%zu bytes), credits "
              "every %llu slots", p2p->g.nslots, p2p->g.slot, p2p->g.ring,
@@ -93,14 +93,32 @@ static int setup_rings(mep_comm_t *comm) {
 
 int mep__p2p_init(mep_comm_t *comm) {
   struct mep__p2p *p2p = calloc(1, sizeof *p2p);
-  if (p2p) p2p->pairs = calloc((size_t)comm->size, sizeof *p2p->pairs);
+  if (p2p) p2p->pairs = calloc((size_t)comm->max_size, sizeof *p2p->pairs);
   if (!p2p || !p2p->pairs) {
     free(p2p);
     return mep__err(MEP_ERR_NOMEM, "point-to-point state: out of memory");
   }
   comm->p2p = p2p;
-  int rc = comm->size > 1 ? setup_rings(comm) : MEP_OK;
+  int rc = comm->max_size > 1 ? setup_rings(comm) : MEP_OK;
   return rc ? mep__err_wrap(rc, "rank %d", comm->rank) : MEP_OK;
+}
+
+int mep__p2p_connect(mep_comm_t *comm, const uint8_t *act) {
+  if (!comm->p2p->rr) return MEP_OK;
+  int rc = import_peers(comm, act);
+  return rc ? mep__err_wrap(rc, "rank %d", comm->rank) : MEP_OK;
+}
+
+void mep__p2p_reset_peer(mep_comm_t *comm, int p) {
+  struct mep__p2p *p2p = comm->p2p;
+  if (!p2p->rr) return;
+  mep__p2p_pair_t *pr = &p2p->pairs[p];
+  mep__p2p_free_unexpected(pr);
+  memset(pr, 0, sizeof *pr);
+  size_t idx = (size_t)(p < comm->rank ? p : p - 1);
+  memset(p2p->rings + idx * p2p->g.ring, 0, p2p->g.ring);
+  __atomic_store_n(&p2p->sig[p], 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&p2p->sig[comm->max_size + p], 0, __ATOMIC_RELEASE);
 }
 
 void mep__p2p_fini(mep_comm_t *comm) {
@@ -108,7 +126,7 @@ void mep__p2p_fini(mep_comm_t *comm) {
   if (!p2p) return;
   /* Requests still queued were failed and freed by the engine; only the
    * messages are ours. */
-  for (int p = 0; p < comm->size; p++)
+  for (int p = 0; p < comm->max_size; p++)
     mep__p2p_free_unexpected(&p2p->pairs[p]);
   mep_region_deregister(p2p->rg);
   mep_region_deregister(p2p->rs);
@@ -239,6 +257,14 @@ static int advance(mep_req_t *req) {
   if (!op->admitted) admit(comm, op);
   if (op->done) return 1;
   if (mep__now_ms() < op->deadline_ms) return 0;
+  if (!op->probed) {
+    /* Probe the peer before blaming it: one that does not answer is
+     * dropped, and the pair fails with MEP_ERR_PEER_FAILED instead. */
+    op->probed = 1;
+    op->deadline_ms += 2 * mep__ft_probe_ms(comm) + 100;
+    mep__ft_probe(comm);
+    return 0;
+  }
   expire(comm, op);
   return 1;
 }

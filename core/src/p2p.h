@@ -34,6 +34,10 @@ int mep__p2p_init(mep_comm_t *comm);
 /* At destroy, after the progress thread stopped and pending requests were
  * failed; deregisters and frees. */
 void mep__p2p_fini(mep_comm_t *comm);
+/* Imports the rings of the ranks in `act` (after connections). */
+int mep__p2p_connect(mep_comm_t *comm, const uint8_t *act);
+/* Recovery: a new process replaces `peer`; forget the pair's state. */
+void mep__p2p_reset_peer(mep_comm_t *comm, int peer);
 
 /* Drains every ring (unmatched messages go to unexpected buffers, so a
  * sender is never stuck behind a tag nobody receives yet), sends what fits
@@ -112,6 +116,7 @@ struct mep__p2p_op {
   size_t bytes;        /* send: message length; recv: buffer size */
   uint64_t deadline_ms;
   int admitted, done;
+  int probed;          /* its deadline passed once: peers were probed */
   int where;           /* MEP__P2P_*: which queue holds it */
   int started;         /* send: its first fragment is written */
   uint64_t moved;      /* bytes written to the ring / received */

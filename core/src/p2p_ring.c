@@ -77,7 +77,7 @@ int mep__p2p_hdr_check(const mep__p2p_hdr_t *h, const mep__p2p_expect_t *e,
 static size_t peer_index(int q, int r) { return (size_t)(q < r ? q : q - 1); }
 
 static size_t tail_word(const mep_comm_t *comm, int dst) {
-  return ((size_t)comm->size + (size_t)dst) * sizeof(uint64_t);
+  return ((size_t)comm->max_size + (size_t)dst) * sizeof(uint64_t);
 }
 
 static size_t head_word(int src) { return (size_t)src * sizeof(uint64_t); }
@@ -202,7 +202,7 @@ int mep__p2p_tx_fill(mep_comm_t *comm, int peer) {
   mep__p2p_pair_t *pr = &p2p->pairs[peer];
   if (!pr->sendq.head) return 0;
   uint64_t tail =
-      __atomic_load_n(&p2p->sig[comm->size + peer], __ATOMIC_ACQUIRE);
+      __atomic_load_n(&p2p->sig[comm->max_size + peer], __ATOMIC_ACQUIRE);
   if (tail < pr->tail || tail > pr->head) {
     mep__p2p_pair_fail(comm, peer, MEP_ERR_PROTOCOL,
                        "rank %d reported %llu slots of our ring consumed, "

@@ -13,6 +13,8 @@ typedef struct args {
   const char *fn;
   int me, n;
   size_t ds; /* dtype size */
+  const uint8_t *act; /* active ranks of the attempt (NULL: all) */
+  int nact;
 } args_t;
 
 static int check_comm(mep_comm_t *comm, const char *fn) {
@@ -27,11 +29,13 @@ static int check(args_t *a, mep_comm_t *comm, const char *fn,
                  mep_dtype_t dtype, int root, int needs_root) {
   int rc = check_comm(comm, fn);
   if (rc) return rc;
+  memset(a, 0, sizeof *a);
   a->comm = comm;
   a->fn = fn;
   a->me = comm->rank;
   a->n = comm->size;
   a->ds = mep_dtype_size(dtype);
+  a->nact = a->n;
   if (!a->ds) return mep__err(MEP_ERR_INVALID, "%s: unknown dtype %d", fn,
                               (int)dtype);
   if (needs_root && (root < 0 || root >= comm->size))
@@ -63,15 +67,28 @@ static int need(const args_t *a, const void *p, size_t bytes,
   return MEP_OK;
 }
 
-static int plan_init(mep__plan_t *p, const args_t *a, int kind,
-                     mep_dtype_t dtype, mep_op_t op, size_t count, int root,
-                     const char *algo, int nsteps) {
+static void spec_init(mep__coll_spec_t *s, int kind, mep_dtype_t dtype,
+                      mep_op_t op, size_t count, int root, const void *send,
+                      void *recv) {
+  memset(s, 0, sizeof *s);
+  s->kind = kind;
+  s->dtype = dtype;
+  s->op = op;
+  s->count = count;
+  s->root = root;
+  s->send = send;
+  s->recv = recv;
+}
+
+static int plan_init(mep__plan_t *p, const args_t *a,
+                     const mep__coll_spec_t *s, const char *algo,
+                     int nsteps) {
   memset(p, 0, sizeof *p);
-  p->kind = kind;
-  p->dtype = dtype;
-  p->op = op;
-  p->count = count;
-  p->root = root;
+  p->kind = s->kind;
+  p->dtype = s->dtype;
+  p->op = s->op;
+  p->count = s->kind == MEP__COLL_ALLTOALLV ? 0 : s->count;
+  p->root = s->root;
   p->algo = algo;
   p->nsteps = nsteps;
   for (int i = 0; i < nsteps; i++) {
@@ -90,29 +107,29 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
 }
 
 /* A private copy of the input when it shares memory with the output
- * (in place): the engine reads inputs after writing outputs. */
-static int private_input(mep__plan_t *p, const args_t *a, const void **send,
-                         size_t sbytes, const void *recv, size_t rbytes) {
-  if (!overlap(*send, sbytes, recv, rbytes)) return MEP_OK;
+ * (in place): the engine reads inputs after writing outputs, and a
+ * collective run again over the survivors reads them once more. */
+static int private_input(mep__coll_spec_t *s, const args_t *a,
+                         size_t sbytes, size_t rbytes) {
+  if (!overlap(s->send, sbytes, s->recv, rbytes)) return MEP_OK;
   void *copy = malloc(sbytes);
   if (!copy) return mep__err(MEP_ERR_NOMEM, "%s: out of memory for the "
                              "in-place copy of %zu bytes", a->fn, sbytes);
-  memcpy(copy, *send, sbytes);
-  for (int i = 0; i < 4; i++)
-    if (!p->owned[i]) {
-      p->owned[i] = copy;
-      break;
-    }
-  *send = copy;
+  memcpy(copy, s->send, sbytes);
+  s->owned = copy;
+  s->send = copy;
   return MEP_OK;
 }
 
-static int run(mep_comm_t *comm, mep__plan_t *p, int rc, mep_req_t **req) {
+/* Hands a validated collective to the engine, which builds its plan over
+ * the ranks active when it starts (again after ranks were lost). */
+static int run(mep_comm_t *comm, mep__coll_spec_t *s, int rc,
+               mep_req_t **req) {
   if (rc) {
-    mep__plan_free(p);
+    mep__coll_spec_free(s);
     return rc;
   }
-  return mep__coll_start(comm, p, req);
+  return mep__coll_start(comm, s, req);
 }
 
 /* First element of block b when `count` is split into n blocks (without
@@ -180,10 +197,53 @@ static void reduce_step(mep__step_t *st, const args_t *a, const uint8_t *send,
   st->rlen = (b1 - b0) * a->ds;
 }
 
+/* Whether the survivors' set is the whole group: block-partitioned
+ * (two-shot) algorithms run only then; a degraded group runs one-shot. */
+static int whole(const args_t *a) { return a->nact == a->n; }
+
+static int build_allreduce(const args_t *a, const mep__coll_spec_t *s,
+                           mep__plan_t *p) {
+  size_t count = s->count, bytes = count * a->ds;
+  const uint8_t *send = s->send;
+  uint8_t *recv = s->recv;
+  /* On 2 ranks both move the same bytes and one-shot has one step less. */
+  int two = bytes > mep__coll_two_shot(a->comm) && a->n > 2 &&
+            count >= (size_t)a->n && whole(a);
+  int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
+  if (rc) return rc;
+  if (!two) {
+    mep__step_t *st = &p->steps[0];
+    st->reduce = st->reduce_here = 1;
+    for (int q = 0; q < a->n; q++) {
+      st->send_to[q] = q != a->me;
+      st->sptr[q] = send;
+      st->sbytes[q] = bytes;
+    }
+    st->rself = send;
+    st->rout = recv;
+    st->rlen = bytes;
+    return MEP_OK;
+  }
+  reduce_step(&p->steps[0], a, send, recv, count, -1);
+  /* then everyone's reduced block to everyone */
+  mep__step_t *st = &p->steps[1];
+  size_t m0 = block_start(count, a->me, a->n);
+  for (int q = 0; q < a->n; q++) {
+    size_t q0 = block_start(count, q, a->n), q1 = block_start(count, q + 1, a->n);
+    st->send_to[q] = st->recv_from[q] = q != a->me;
+    st->sptr[q] = recv + m0 * a->ds;
+    st->sbytes[q] = (block_start(count, a->me + 1, a->n) - m0) * a->ds;
+    st->rptr[q] = recv + q0 * a->ds;
+    st->rbytes[q] = (q1 - q0) * a->ds;
+  }
+  return MEP_OK;
+}
+
 int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
                   size_t count, mep_dtype_t dtype, mep_op_t op,
                   mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0;
   int rc = check(&a, comm, "mep_allreduce", dtype, -1, 0);
   if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
@@ -191,45 +251,23 @@ int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
-  /* On 2 ranks both move the same bytes and one-shot has one step less. */
-  int two = bytes > mep__coll_two_shot(comm) && a.n > 2 &&
-            count >= (size_t)a.n;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_ALLREDUCE, dtype, op, count, -1,
-                 two ? "two-shot" : "one-shot", two ? 2 : 1);
+  spec_init(&s, MEP__COLL_ALLREDUCE, dtype, op, count, -1, send, recv);
+  return run(comm, &s, private_input(&s, &a, bytes, bytes), req);
+}
+
+static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
+                        mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
-  rc = private_input(&p, &a, &send, bytes, recv, bytes);
-  if (rc == MEP_OK && !two) {
-    mep__step_t *st = &p.steps[0];
-    st->reduce = st->reduce_here = 1;
-    for (int q = 0; q < a.n; q++) {
-      st->send_to[q] = q != a.me;
-      st->sptr[q] = send;
-      st->sbytes[q] = bytes;
-    }
-    st->rself = send;
-    st->rout = recv;
-    st->rlen = bytes;
-  } else if (rc == MEP_OK) {
-    reduce_step(&p.steps[0], &a, send, recv, count, -1);
-    /* then everyone's reduced block to everyone */
-    mep__step_t *st = &p.steps[1];
-    size_t m0 = block_start(count, a.me, a.n);
-    for (int q = 0; q < a.n; q++) {
-      size_t q0 = block_start(count, q, a.n), q1 = block_start(count, q + 1, a.n);
-      st->send_to[q] = st->recv_from[q] = q != a.me;
-      st->sptr[q] = (uint8_t *)recv + m0 * a.ds;
-      st->sbytes[q] = (block_start(count, a.me + 1, a.n) - m0) * a.ds;
-      st->rptr[q] = (uint8_t *)recv + q0 * a.ds;
-      st->rbytes[q] = (q1 - q0) * a.ds;
-    }
-  }
-  return run(comm, &p, rc, req);
+  reduce_step(&p->steps[0], a, s->send, s->recv, s->count, s->root);
+  complete_pairs(&p->steps[0], a);
+  return MEP_OK;
 }
 
 int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
                mep_dtype_t dtype, mep_op_t op, int root, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0;
   int rc = check(&a, comm, "mep_reduce", dtype, root, 1);
   if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
@@ -237,22 +275,37 @@ int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK && a.me == root) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_REDUCE, dtype, op, count, root, "direct",
-                 1);
+  spec_init(&s, MEP__COLL_REDUCE, dtype, op, count, root, send, recv);
+  if (a.me == root) rc = private_input(&s, &a, bytes, bytes);
+  return run(comm, &s, rc, req);
+}
+
+static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
+                                mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
-  if (a.me == root) rc = private_input(&p, &a, &send, bytes, recv, bytes);
-  if (rc == MEP_OK) {
-    reduce_step(&p.steps[0], &a, send, recv, count, root);
-    complete_pairs(&p.steps[0], &a);
+  /* Block q of send is count elements at q * count: reduce it into q's
+   * recv. */
+  size_t bytes = s->count * a->ds;
+  const uint8_t *send = s->send;
+  mep__step_t *st = &p->steps[0];
+  st->reduce = st->reduce_here = 1;
+  for (int q = 0; q < a->n; q++) {
+    st->send_to[q] = q != a->me;
+    st->sptr[q] = send + (size_t)q * bytes;
+    st->sbytes[q] = bytes;
   }
-  return run(comm, &p, rc, req);
+  st->rself = send + (size_t)a->me * bytes;
+  st->rout = s->recv;
+  st->rlen = bytes;
+  return MEP_OK;
 }
 
 int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
                        size_t count, mep_dtype_t dtype, mep_op_t op,
                        mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_reduce_scatter", dtype, -1, 0);
   if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
@@ -260,117 +313,116 @@ int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
   if (rc == MEP_OK) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1,
-                 "direct", 1);
-  if (rc) return rc;
-  rc = private_input(&p, &a, &send, total, recv, bytes);
-  if (rc == MEP_OK) {
-    /* Block p of send is count elements at p * count: reduce it into p's
-     * recv. recv is indexed from this rank's block. */
-    mep__step_t *st = &p.steps[0];
-    st->reduce = st->reduce_here = 1;
-    for (int q = 0; q < a.n; q++) {
-      st->send_to[q] = q != a.me;
-      st->sptr[q] = (const uint8_t *)send + (size_t)q * bytes;
-      st->sbytes[q] = bytes;
-    }
-    st->rself = (const uint8_t *)send + (size_t)a.me * bytes;
-    st->rout = recv;
-    st->rlen = bytes;
-  }
-  return run(comm, &p, rc, req);
+  spec_init(&s, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1, send, recv);
+  return run(comm, &s, private_input(&s, &a, total, bytes), req);
 }
 
 /* ------------------------------------------------------------ copies */
 
-int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
-                  mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  size_t bytes = 0;
-  int rc = check(&a, comm, "mep_broadcast", dtype, root, 1);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
+static int build_broadcast(const args_t *a, const mep__coll_spec_t *s,
+                           mep__plan_t *p) {
+  size_t count = s->count, bytes = count * a->ds;
+  int root = s->root, n = a->n, me = a->me;
+  int two = bytes > mep__coll_two_shot(a->comm) && n > 2 &&
+            count >= (size_t)n && whole(a);
+  int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
   if (rc) return rc;
-  int two = bytes > mep__coll_two_shot(comm) && a.n > 2 &&
-            count >= (size_t)a.n;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root,
-                 two ? "two-shot" : "one-shot", two ? 2 : 1);
-  if (rc) return rc;
-  uint8_t *b = buf;
-  mep__step_t *s0 = &p.steps[0], *s1 = &p.steps[1];
-  for (int q = 0; q < a.n; q++) {
-    size_t q0 = two ? block_start(count, q, a.n) * a.ds : 0;
-    size_t ql = two ? block_start(count, q + 1, a.n) * a.ds - q0 : bytes;
+  uint8_t *b = s->recv;
+  mep__step_t *s0 = &p->steps[0], *s1 = &p->steps[1];
+  for (int q = 0; q < n; q++) {
+    size_t q0 = two ? block_start(count, q, n) * a->ds : 0;
+    size_t ql = two ? block_start(count, q + 1, n) * a->ds - q0 : bytes;
     /* one-shot: root sends all of it; two-shot: root scatters block q */
-    if (a.me == root && q != root && !(two && q == root)) {
+    if (me == root && q != root) {
       s0->send_to[q] = 1;
       s0->sptr[q] = b + q0;
       s0->sbytes[q] = ql;
     }
-    if (a.me != root && q == root) {
-      size_t m0 = two ? block_start(count, a.me, a.n) * a.ds : 0;
+    if (me != root && q == root) {
+      size_t m0 = two ? block_start(count, me, n) * a->ds : 0;
       s0->recv_from[q] = 1;
       s0->rptr[q] = b + m0;
-      s0->rbytes[q] = two ? block_start(count, a.me + 1, a.n) * a.ds - m0
+      s0->rbytes[q] = two ? block_start(count, me + 1, n) * a->ds - m0
                           : bytes;
     }
     if (!two) continue;
     /* then every rank sends its block to every rank but the root, which
      * has it all */
-    size_t m0 = block_start(count, a.me, a.n) * a.ds;
-    if (q != a.me && q != root) {
+    size_t m0 = block_start(count, me, n) * a->ds;
+    if (q != me && q != root) {
       s1->send_to[q] = 1;
       s1->sptr[q] = b + m0;
-      s1->sbytes[q] = block_start(count, a.me + 1, a.n) * a.ds - m0;
+      s1->sbytes[q] = block_start(count, me + 1, n) * a->ds - m0;
     }
-    if (a.me != root && q != a.me) {
+    if (me != root && q != me) {
       s1->recv_from[q] = 1;
       s1->rptr[q] = b + q0;
       s1->rbytes[q] = ql;
     }
   }
-  complete_pairs(s0, &a);
-  return run(comm, &p, MEP_OK, req);
+  complete_pairs(s0, a);
+  return MEP_OK;
+}
+
+int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
+                  mep_dtype_t dtype, int root, mep_req_t **req) {
+  args_t a;
+  mep__coll_spec_t s;
+  size_t bytes = 0;
+  int rc = check(&a, comm, "mep_broadcast", dtype, root, 1);
+  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
+  if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
+  if (rc) return rc;
+  spec_init(&s, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root, buf, buf);
+  return run(comm, &s, MEP_OK, req);
+}
+
+static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
+                           mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
+  if (rc == MEP_OK)
+    all_to_all_blocks(&p->steps[0], a, s->send, 0, s->recv,
+                      s->count * a->ds);
+  return rc;
 }
 
 int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
                   size_t count, mep_dtype_t dtype, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_allgather", dtype, -1, 0);
   if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1,
-                 "direct", 1);
-  if (rc) return rc;
+  spec_init(&s, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1, send, recv);
   uint8_t *mine = (uint8_t *)recv + (size_t)a.me * bytes;
-  if (send != mine) rc = private_input(&p, &a, &send, bytes, recv, total);
-  if (rc == MEP_OK) all_to_all_blocks(&p.steps[0], &a, send, 0, recv, bytes);
-  return run(comm, &p, rc, req);
+  if (send != mine) rc = private_input(&s, &a, bytes, total);
+  return run(comm, &s, rc, req);
+}
+
+static int build_alltoall(const args_t *a, const mep__coll_spec_t *s,
+                          mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
+  size_t bytes = s->count * a->ds;
+  if (rc == MEP_OK)
+    all_to_all_blocks(&p->steps[0], a, s->send, bytes, s->recv, bytes);
+  return rc;
 }
 
 int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
                  mep_dtype_t dtype, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_alltoall", dtype, -1, 0);
   if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1,
-                 "direct", 1);
-  if (rc) return rc;
-  rc = private_input(&p, &a, &send, total, recv, total);
-  if (rc == MEP_OK)
-    all_to_all_blocks(&p.steps[0], &a, send, bytes, recv, bytes);
-  return run(comm, &p, rc, req);
+  spec_init(&s, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1, send, recv);
+  return run(comm, &s, private_input(&s, &a, total, total), req);
 }
 
 /* The extent of a v-layout: max over p of displ + count, in bytes. */
@@ -389,10 +441,31 @@ static int extent(const args_t *a, const size_t *counts, const size_t *displs,
   return MEP_OK;
 }
 
+static int build_alltoallv(const args_t *a, const mep__coll_spec_t *s,
+                           mep__plan_t *p) {
+  /* The digest cannot hold every count; per-pair lengths are checked by
+   * the receiver instead. */
+  int rc = plan_init(p, a, s, "direct", 1);
+  if (rc) return rc;
+  size_t n = (size_t)a->n;
+  const size_t *sc = s->v, *sd = s->v + n, *rcn = s->v + 2 * n,
+               *rd = s->v + 3 * n;
+  mep__step_t *st = &p->steps[0];
+  for (int q = 0; q < a->n; q++) {
+    st->send_to[q] = st->recv_from[q] = 1;
+    st->sptr[q] = (const uint8_t *)s->send + sd[q] * a->ds;
+    st->sbytes[q] = sc[q] * a->ds;
+    st->rptr[q] = (uint8_t *)s->recv + rd[q] * a->ds;
+    st->rbytes[q] = rcn[q] * a->ds;
+  }
+  return MEP_OK;
+}
+
 int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
                   const size_t *sdispls, void *recv, const size_t *rcounts,
                   const size_t *rdispls, mep_dtype_t dtype, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t sext = 0, rext = 0;
   int rc = check(&a, comm, "mep_alltoallv", dtype, -1, 0);
   if (rc == MEP_OK && (!scounts || !sdispls || !rcounts || !rdispls))
@@ -407,89 +480,160 @@ int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
                   "elements but expects %zu", a.me, scounts[a.me],
                   rcounts[a.me]);
   if (rc) return rc;
-  mep__plan_t p;
-  /* The digest cannot hold every count; per-pair lengths are checked by
-   * the receiver instead. */
-  rc = plan_init(&p, &a, MEP__COLL_ALLTOALLV, dtype, MEP_SUM, 0, -1,
-                 "direct", 1);
+  spec_init(&s, MEP__COLL_ALLTOALLV, dtype, MEP_SUM, 0, -1, send, recv);
+  /* The engine may build the plan again later: it keeps its own copy. */
+  size_t n = (size_t)a.n;
+  s.v = malloc(4 * n * sizeof *s.v);
+  if (!s.v) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  memcpy(s.v, scounts, n * sizeof *s.v);
+  memcpy(s.v + n, sdispls, n * sizeof *s.v);
+  memcpy(s.v + 2 * n, rcounts, n * sizeof *s.v);
+  memcpy(s.v + 3 * n, rdispls, n * sizeof *s.v);
+  return run(comm, &s, private_input(&s, &a, sext, rext), req);
+}
+
+static int build_gather(const args_t *a, const mep__coll_spec_t *s,
+                        mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
-  rc = private_input(&p, &a, &send, sext, recv, rext);
-  mep__step_t *st = &p.steps[0];
-  for (int q = 0; rc == MEP_OK && q < a.n; q++) {
-    st->send_to[q] = st->recv_from[q] = 1;
-    st->sptr[q] = (const uint8_t *)send + sdispls[q] * a.ds;
-    st->sbytes[q] = scounts[q] * a.ds;
-    st->rptr[q] = (uint8_t *)recv + rdispls[q] * a.ds;
-    st->rbytes[q] = rcounts[q] * a.ds;
+  size_t bytes = s->count * a->ds;
+  mep__step_t *st = &p->steps[0];
+  if (a->me != s->root) {
+    st->send_to[s->root] = 1;
+    st->sptr[s->root] = s->send;
+    st->sbytes[s->root] = bytes;
+  } else {
+    all_to_all_blocks(st, a, s->send, 0, s->recv, bytes);
+    for (int q = 0; q < a->n; q++) st->send_to[q] = q == s->root;
   }
-  return run(comm, &p, rc, req);
+  complete_pairs(st, a);
+  return MEP_OK;
 }
 
 int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
                mep_dtype_t dtype, int root, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_gather", dtype, root, 1);
   if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
   if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_GATHER, dtype, MEP_SUM, count, root,
-                 "direct", 1);
+  spec_init(&s, MEP__COLL_GATHER, dtype, MEP_SUM, count, root, send, recv);
+  if (a.me == root) rc = private_input(&s, &a, bytes, total);
+  return run(comm, &s, rc, req);
+}
+
+static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
+                         mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
-  mep__step_t *st = &p.steps[0];
-  if (a.me != root) {
-    st->send_to[root] = 1;
-    st->sptr[root] = send;
-    st->sbytes[root] = bytes;
-  } else {
-    rc = private_input(&p, &a, &send, bytes, recv, total);
-    all_to_all_blocks(st, &a, send, 0, recv, bytes);
-    for (int q = 0; q < a.n; q++) st->send_to[q] = q == root;
+  size_t bytes = s->count * a->ds;
+  mep__step_t *st = &p->steps[0];
+  if (a->me == s->root) {
+    for (int q = 0; q < a->n; q++) {
+      st->send_to[q] = 1;
+      st->sptr[q] = (const uint8_t *)s->send + (size_t)q * bytes;
+      st->sbytes[q] = bytes;
+    }
   }
-  complete_pairs(st, &a);
-  return run(comm, &p, rc, req);
+  st->recv_from[s->root] = 1;
+  st->rptr[s->root] = s->recv;
+  st->rbytes[s->root] = bytes;
+  complete_pairs(st, a);
+  return MEP_OK;
 }
 
 int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
                 mep_dtype_t dtype, int root, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
   int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
   if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
   if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root,
-                 "direct", 1);
-  if (rc) return rc;
-  mep__step_t *st = &p.steps[0];
-  if (a.me == root) {
-    rc = private_input(&p, &a, &send, total, recv, bytes);
-    for (int q = 0; q < a.n; q++) {
-      st->send_to[q] = 1;
-      st->sptr[q] = (const uint8_t *)send + (size_t)q * bytes;
-      st->sbytes[q] = bytes;
-    }
-  }
-  st->recv_from[root] = 1;
-  st->rptr[root] = recv;
-  st->rbytes[root] = bytes;
-  complete_pairs(st, &a);
-  return run(comm, &p, rc, req);
+  spec_init(&s, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root, send, recv);
+  if (a.me == root) rc = private_input(&s, &a, total, bytes);
+  return run(comm, &s, rc, req);
+}
+
+/* Also the membership barrier of mep_comm_recover_ranks, whose kind and
+ * count (a digest of the admitted ranks) make ranks passing different
+ * lists disagree. */
+static int build_barrier(const args_t *a, const mep__coll_spec_t *s,
+                         mep__plan_t *p) {
+  int rc = plan_init(p, a, s, "direct", 1);
+  for (int q = 0; rc == MEP_OK && q < a->n; q++)
+    p->steps[0].send_to[q] = p->steps[0].recv_from[q] = q != a->me;
+  return rc;
 }
 
 int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
   args_t a;
+  mep__coll_spec_t s;
   int rc = check(&a, comm, "mep_barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
-  mep__plan_t p;
-  rc = plan_init(&p, &a, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1,
-                 "direct", 1);
+  spec_init(&s, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1, NULL, NULL);
+  return run(comm, &s, MEP_OK, req);
+}
+
+int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
+  args_t a;
+  mep__coll_spec_t s;
+  int rc = check(&a, comm, "membership barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
-  for (int q = 0; q < a.n; q++)
-    p.steps[0].send_to[q] = p.steps[0].recv_from[q] = q != a.me;
-  return run(comm, &p, MEP_OK, req);
+  spec_init(&s, kind, MEP_UINT8, MEP_SUM, (size_t)tag, -1, NULL, NULL);
+  return run(comm, &s, MEP_OK, NULL);
+}
+
+/* ------------------------------------------------------ building plans */
+
+typedef int (*build_fn)(const args_t *, const mep__coll_spec_t *,
+                        mep__plan_t *);
+
+static build_fn builder(int kind) {
+  switch (kind) {
+  case MEP__COLL_BROADCAST: return build_broadcast;
+  case MEP__COLL_REDUCE: return build_reduce;
+  case MEP__COLL_ALLREDUCE: return build_allreduce;
+  case MEP__COLL_ALLGATHER: return build_allgather;
+  case MEP__COLL_REDUCE_SCATTER: return build_reduce_scatter;
+  case MEP__COLL_ALLTOALL: return build_alltoall;
+  case MEP__COLL_ALLTOALLV: return build_alltoallv;
+  case MEP__COLL_GATHER: return build_gather;
+  case MEP__COLL_SCATTER: return build_scatter;
+  default: return build_barrier; /* and the membership barriers */
+  }
+}
+
+/* Pairs with ranks outside the active set exchange nothing. */
+static void restrict_to(mep__plan_t *p, const uint8_t *act, int n) {
+  for (int i = 0; i < p->nsteps; i++)
+    for (int q = 0; q < n; q++)
+      if (!act[q]) p->steps[i].send_to[q] = p->steps[i].recv_from[q] = 0;
+}
+
+int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
+                    const uint8_t *act, mep__plan_t *p) {
+  args_t a;
+  int rc = check(&a, comm, "collective", s->dtype, -1, 0);
+  if (rc) return rc;
+  a.act = act;
+  a.nact = 0;
+  for (int q = 0; q < a.n; q++) a.nact += act[q] != 0;
+  if (s->root >= 0 && !act[s->root])
+    return mep__err(MEP_ERR_PEER_FAILED, "its root, rank %d, left the "
+                    "group", s->root);
+  rc = builder(s->kind)(&a, s, p);
+  if (rc == MEP_OK) restrict_to(p, act, a.n);
+  return rc;
+}
+
+void mep__coll_spec_free(mep__coll_spec_t *s) {
+  free(s->owned);
+  free(s->v);
+  memset(s, 0, sizeof *s);
 }

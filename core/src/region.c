@@ -84,7 +84,7 @@ int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
   r->kind = kind;
   pthread_mutex_init(&r->lock, NULL);
   r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
-  r->remote = calloc((size_t)comm->size, sizeof *r->remote);
+  r->remote = calloc((size_t)comm->max_size, sizeof *r->remote);
   pthread_mutex_lock(&comm->lock);
   r->id = comm->next_region++;
   int rc = r->mrs && r->remote ? track(comm, r)
@@ -114,9 +114,9 @@ int mep_region_deregister(mep_region_t *r) {
   pthread_mutex_lock(&comm->lock);
   untrack(comm, r);
   pthread_mutex_unlock(&comm->lock);
-  for (int p = 0; r->remote && p < comm->size; p++) {
+  for (int p = 0; r->remote && p < comm->max_size; p++) {
     mep__peer_t *peer = &comm->peers[p];
-    if (r->remote[p].rmr)
+    if (r->remote[p].rmr && peer->ep)
       comm->tps[peer->tp].vt->unimport(peer->ep, r->remote[p].rmr);
   }
   for (int i = 0; r->mrs && i < comm->ntps; i++)
@@ -179,6 +179,18 @@ static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
   free(val);
   free(k);
   return rc;
+}
+
+void mep__region_forget(mep_region_t *r, int peer) {
+  mep_comm_t *comm = r->comm;
+  pthread_mutex_lock(&r->lock);
+  mep__remote_t *rem = &r->remote[peer];
+  if (rem->rmr && comm->peers[peer].ep)
+    comm->tps[comm->peers[peer].tp].vt->unimport(comm->peers[peer].ep,
+                                                 rem->rmr);
+  rem->rmr = NULL;
+  rem->len = 0;
+  pthread_mutex_unlock(&r->lock);
 }
 
 int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out) {

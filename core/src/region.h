@@ -26,5 +26,8 @@ struct mep_region {
 /* The peer's instance of `r`, imported on first use (waiting for the
  * peer's key in the store up to the communicator's timeout). */
 int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out);
+/* Releases the import of `peer`'s instance (it was dropped, or a new
+ * process replaces it); the next use imports afresh. */
+void mep__region_forget(mep_region_t *r, int peer);
 
 #endif

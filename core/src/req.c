@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "ft.h"
 #include "p2p.h"
 
 mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
@@ -34,6 +35,7 @@ void mep__req_set(mep_req_t *r, int status, const char *fmt, ...) {
 
 static void destroy(mep_req_t *r) {
   if (r->cleanup) r->cleanup(r);
+  free(r->dropped);
   free(r);
 }
 
@@ -93,8 +95,9 @@ int mep_req_test(mep_req_t *r, int *done) {
 
 int mep_req_status(const mep_req_t *r) {
   if (!r) return MEP_ERR_INVALID;
-  return atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE ? r->status
-                                                                : 1;
+  return atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE
+             ? r->status
+             : MEP_RUNNING;
 }
 
 size_t mep_req_bytes(const mep_req_t *r) {
@@ -183,12 +186,15 @@ int mep__engine_advance(mep_comm_t *comm) {
   if (atomic_load(&comm->engine_pending))
     moved += advance_list(comm, &comm->p2p_head, 0) +
              advance_list(comm, &comm->coll_head, 1);
+  /* After the collectives: one that can finish does so before this rank
+   * tells an agreement what it finished. */
+  moved += mep__ft_progress(comm);
   pthread_mutex_unlock(&comm->engine_lock);
   return moved;
 }
 
 int mep__engine_busy(mep_comm_t *comm) {
-  return atomic_load(&comm->engine_pending) > 0;
+  return atomic_load(&comm->engine_pending) > 0 || mep__ft_busy(comm);
 }
 
 void mep__engine_close(mep_comm_t *comm) {

@@ -26,6 +26,8 @@ struct mep_req {
   int status;              /* final status, valid once DONE */
   char msg[512];           /* its message when status < 0 */
   size_t bytes;            /* mep_recv: bytes received */
+  int *dropped;            /* collectives: ranks lost (MEP_OK_DEGRADED) */
+  int ndropped;
   int kind;                /* MEP__REQ_COLL or MEP__REQ_P2P */
   mep__advance_fn advance;
   void (*cleanup)(mep_req_t *req); /* frees impl; may be NULL */

@@ -100,7 +100,7 @@ static void test_loops(coll_ctx_t *ctx) {
       int st = mep_req_status(reqs[i]);
       if (!done) {
         left++;
-        CHECK(st == 1 || st == 0, "rank %d: %s: status %d while running",
+        CHECK(st == MEP_RUNNING || st == 0, "rank %d: %s: status %d while running",
               ctx->me, cs[i].desc, st);
       } else {
         CHECK(st == 0, "rank %d: %s: finished with %d (%s): %s", ctx->me,

@@ -14,7 +14,7 @@ static int failed(const perf_rank_t *r, const char *what, int rc) {
 /* Releases a request. One still running (past its deadline) is detached
  * and may still use the buffers, which must then outlive the sweep. */
 static void release(perf_rank_t *r, mep_req_t *req) {
-  if (req && mep_req_status(req) == 1) r->detached = 1;
+  if (req && mep_req_status(req) == MEP_RUNNING) r->detached = 1;
   mep_req_free(req);
 }
 

@@ -58,10 +58,21 @@ enum {
   MEP_ERR_AUTH = -14,        /* a peer without the job's secret */
   MEP_ERR_UNSUPPORTED = -15, /* valid but not supported (memory kind...) */
   MEP_ERR_CLOSED = -16,      /* the object was shut down */
+  MEP_ERR_EXCLUDED = -17,    /* the other ranks dropped this one */
 };
-#define MEP_ERR_LAST MEP_ERR_CLOSED
+#define MEP_ERR_LAST MEP_ERR_EXCLUDED
 
-/* A constant name-and-meaning string for a MEP_* code ("MEP_ERR_TIMEOUT:
+/* A collective that lost ranks while it ran finished over the survivors:
+ * every survivor holds the same result, computed from the survivors'
+ * inputs only, and the same dropped set (mep_req_dropped). A success:
+ * positive, so `rc < 0` still tests for failure. */
+#define MEP_OK_DEGRADED 1
+
+/* What mep_req_status returns for a request still running. */
+#define MEP_RUNNING 2
+
+/* A constant name-and-meaning string for a MEP_* code (MEP_OK_DEGRADED
+ * included) ("MEP_ERR_TIMEOUT:
  * timed out"); never NULL, also for unknown codes. Thread-safe. */
 MEP_API const char *mep_strerror(int code);
 
@@ -166,11 +177,23 @@ MEP_API void mep_store_destroy(mep_store_t *store);
 
 typedef struct mep_comm mep_comm_t;
 
+/* Fields are read only when struct_size covers them, so code built
+ * against an older mep.h keeps working. */
 typedef struct mep_comm_opts {
   uint32_t struct_size;       /* sizeof(mep_comm_opts_t); for growth */
   const mep_config_t *config; /* NULL: mep_config_load(NULL) internally */
   const char *name;           /* store key namespace; NULL: "mep" */
   int timeout_ms;             /* <= 0: [core] timeout_ms */
+  /* Since 0.2. The number of ranks the group may grow to (see
+   * mep_comm_recover_ranks); <= size: size. Equal on every rank. */
+  int max_size;
+  /* Since 0.2. 1: this process joins a running group as `rank`, either
+   * replacing a rank the group dropped or growing the group (rank >= the
+   * group's size); `size` is the group's size once it is admitted. The
+   * call publishes the process, waits until the active ranks admit it
+   * with mep_comm_recover_ranks (up to the timeout) and returns the
+   * communicator in the group's current state. */
+  int join;
 } mep_comm_opts_t;
 
 /* Creates the communicator of `rank` in a group of `size` over `store`:
@@ -192,11 +215,67 @@ MEP_API int mep_comm_create(mep_store_t *store, int rank, int size,
 MEP_API int mep_comm_destroy(mep_comm_t *comm);
 
 MEP_API int mep_comm_rank(const mep_comm_t *comm);
+/* Rank slots in use: the highest rank ever admitted + 1 (grows with
+ * mep_comm_recover_ranks; dropped ranks keep their slot). */
 MEP_API int mep_comm_size(const mep_comm_t *comm);
+/* The opts' max_size: what the group may grow to. */
+MEP_API int mep_comm_max_size(const mep_comm_t *comm);
 
 /* The name of the transport used to reach `peer` ("self" for the own
  * rank), or NULL for a bad peer. Static within the communicator. */
 MEP_API const char *mep_comm_route(const mep_comm_t *comm, int peer);
+
+/* -------------------------------------------------- fault tolerance
+ * Ranks that die, freeze past the deadline or are cut off leave the active
+ * set; the survivors agree on it (see docs/fault-tolerance.md). Every
+ * change of the set increments the communicator's epoch. Thread-safe. */
+
+/* The epoch: 0 at creation, +1 whenever the active set changes. */
+MEP_API uint64_t mep_comm_epoch(const mep_comm_t *comm);
+
+/* Fills active[0..len) with 1 for active ranks and 0 for the others
+ * (len >= mep_comm_max_size, else MEP_ERR_INVALID) and *epoch (may be
+ * NULL) with the epoch of that set. Returns the number of active ranks. */
+MEP_API int mep_comm_active(const mep_comm_t *comm, uint8_t *active, int len,
+                            uint64_t *epoch);
+
+/* The live active set: max_size int32 words, 1 for an active rank, 0 for
+ * another, updated in place as the set changes. The array is page-aligned
+ * and lives as long as the communicator, so it can be mapped into a
+ * device's address space for kernels. Never NULL for a valid comm. */
+MEP_API const volatile int32_t *mep_comm_active_array(const mep_comm_t *comm);
+
+/* Writes up to `max` ranks dropped by the last collective that finished
+ * on this communicator (the ranks of MEP_OK_DEGRADED) in increasing order
+ * and returns how many it dropped (may exceed max). For blocking calls;
+ * with requests use mep_req_dropped. */
+MEP_API int mep_comm_dropped(const mep_comm_t *comm, int *ranks, int max);
+
+typedef enum {
+  MEP_PEER_ACTIVE = 0,  /* in the active set */
+  MEP_PEER_DROPPED = 1, /* left the group; no process waits to replace it */
+  MEP_PEER_JOINING = 2, /* a process waits to join as this rank */
+  MEP_PEER_EMPTY = 3,   /* a slot beyond the group nobody asked for */
+} mep_peer_state_t;
+
+/* The state of every rank slot, state[0..len) with len >= max_size.
+ * Collective over the active ranks: they exchange what each sees, and a
+ * rank is JOINING only when every active rank sees its process, so every
+ * caller gets the same array. */
+MEP_API int mep_comm_peer_state(mep_comm_t *comm, mep_peer_state_t *state,
+                                int len);
+
+/* Admits the joining processes of `ranks` (each JOINING, see
+ * mep_comm_peer_state): connects them, resets the sequence numbers and
+ * staging state of every pair with them and makes them active (epoch + 1).
+ * A rank >= size grows the group. Collective over the active ranks, with
+ * the same list on each; the joiners' mep_comm_create returns once this
+ * completes. No collective may be running on the communicator.
+ * Regions registered by the user before the call are not known to the
+ * joiners: register regions again after recovery. Errors: MEP_ERR_INVALID
+ * (a rank that is not joining), MEP_ERR_MISMATCH (ranks passed different
+ * lists), MEP_ERR_TIMEOUT, MEP_ERR_UNREACHABLE. */
+MEP_API int mep_comm_recover_ranks(mep_comm_t *comm, const int *ranks, int n);
 
 /* ---------------------------------------------------------------- regions */
 
@@ -268,13 +347,20 @@ typedef struct mep_req mep_req_t;
 MEP_API int mep_req_test(mep_req_t *req, int *done);
 
 /* Waits until the request finished or timeout_ms passed (-1: the
- * communicator's timeout). Returns the request's status (0 or MEP_ERR_*,
+ * communicator's timeout). Returns the request's status (0,
+ * MEP_OK_DEGRADED or MEP_ERR_*,
  * with mep_last_error() set to its message), or MEP_ERR_TIMEOUT if it is
  * still running (it stays valid; wait again or free it). */
 MEP_API int mep_req_wait(mep_req_t *req, int timeout_ms);
 
-/* The status of a finished request (0 or MEP_ERR_*), 1 while running. */
+/* The status of a finished request (0, MEP_OK_DEGRADED or MEP_ERR_*),
+ * MEP_RUNNING while running. */
 MEP_API int mep_req_status(const mep_req_t *req);
+
+/* For a finished collective request: writes up to `max` ranks it dropped
+ * (increasing) and returns how many it dropped (0 unless its status is
+ * MEP_OK_DEGRADED). */
+MEP_API int mep_req_dropped(const mep_req_t *req, int *ranks, int max);
 
 /* Bytes a finished mep_recv received (at most its buffer's size). */
 MEP_API size_t mep_req_bytes(const mep_req_t *req);
@@ -368,7 +454,8 @@ MEP_API int mep_barrier(mep_comm_t *comm, mep_req_t **req);
  * Messages between a pair are matched in order per (peer, tag); any size,
  * streamed through a ring of slots in the receiver's memory, with no store
  * round trip. A recv buffer smaller than the message fails the recv with
- * MEP_ERR_INVALID naming both sizes. */
+ * MEP_ERR_INVALID naming both sizes. A peer that failed or left the active
+ * set fails the call with MEP_ERR_PEER_FAILED; nothing waits forever. */
 MEP_API int mep_send(mep_comm_t *comm, const void *buf, size_t bytes, int peer,
                      int tag, mep_req_t **req);
 MEP_API int mep_recv(mep_comm_t *comm, void *buf, size_t bytes, int peer,

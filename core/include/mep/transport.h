@@ -32,7 +32,18 @@
  *  - address() never writes past *len, reachable() never past why_len;
  *  - once a peer failed, no later write to it completes with status 0;
  *  - unimport, dereg and close return 0 after the peer died;
+ *  - close() returns within a bounded time also when the peer is frozen
+ *    or cut off, and releases the connection's sockets, queues and memory;
+ *    the completions of writes still pending on it are queued before close
+ *    returns (with a negative status), and after those poll() reports
+ *    nothing more about that connection;
+ *  - connect() to a rank whose earlier ep was closed makes a new
+ *    connection: a replacement process of that rank, with a new address
+ *    blob (recovery, ABI 1.1);
  *  - fini is called once per context, after close of each of its eps.
+ *
+ * The core closes an ep only after unimporting every region imported
+ * through it, and never uses it after close.
  */
 #ifndef MEP_TRANSPORT_H
 #define MEP_TRANSPORT_H
@@ -47,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 0
+#define MEP_TRANSPORT_ABI_MINOR 1
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -63,7 +74,8 @@ extern "C" {
 typedef struct mep_tp_env {
   uint32_t struct_size; /* sizeof(mep_tp_env_t) of the core */
   int rank;             /* this process's rank in the communicator */
-  int size;             /* ranks in the communicator */
+  int size;             /* rank slots: the communicator's max_size (ranks
+                           beyond the current group may connect later) */
   /* Identical in every process of one host and different across hosts
    * (hostname and boot id, or $MEP_HOST_ID). */
   const char *host_id;

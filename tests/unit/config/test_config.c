@@ -189,6 +189,8 @@ static void test_defaults(void) {
       {"core", "buffer_bytes", "16777216"},
       {"core", "chunk_bytes", "1048576"},
       {"core", "two_shot_bytes", "262144"},
+      {"core", "probe_ms", "1000"},
+      {"core", "agreement", "on"},
       {"core", "progress", "adaptive"},
       {"core", "log_level", "warn"},
       {"tcp", "ifname", ""},
@@ -205,7 +207,7 @@ static void test_defaults(void) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK_STR(mep_config_default(want[i][0], want[i][1]), want[i][2]);
-  CHECK(mep__config_key_count() == 19, "table has %zu keys, want 19",
+  CHECK(mep__config_key_count() == 21, "table has %zu keys, want 21",
         mep__config_key_count());
   CHECK(mep_config_default("peer 3", "transport") == NULL, "peer default");
   CHECK(mep__config_key_find("peer 3", "transport") != NULL, "peer key");

@@ -1,0 +1,62 @@
+/* ft_state.h - the fault-tolerance state, shared by ft.c (the engine
+ * side) and ft_api.c (the public queries). */
+#ifndef MEP_SRC_FT_STATE_H
+#define MEP_SRC_FT_STATE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "comm.h"
+
+/* A snapshot's header; the sender's active set and its view (active and
+ * not suspected), max_size bytes each, follow it. */
+typedef struct mep__ctl_hdr {
+  uint64_t seq;       /* per directed pair, from 1; equals the signal */
+  uint64_t sum;       /* of the slot after this field */
+  uint32_t magic, sender;
+  uint32_t flags;     /* CTL_AGREE: the sender runs an agreement */
+  uint32_t n;         /* max_size */
+  uint64_t epoch;
+  uint64_t decided;   /* highest collective found committed at the
+                         sender's latest agreement */
+  uint64_t committed; /* highest collective the sender committed */
+  uint64_t ping;      /* echo this, please */
+  uint64_t pong;      /* the receiver's latest ping, echoed */
+  uint64_t query;     /* a coordinator's query id */
+  uint64_t answer;    /* the receiver's query this view answers */
+} mep__ctl_hdr_t;
+
+typedef struct mep__ft_peer {
+  uint64_t tx_seq, rx_seq;
+  int have;                /* msg and view hold its latest snapshot */
+  mep__ctl_hdr_t msg;
+  uint8_t *view;           /* max_size bytes */
+  uint64_t ping_sent, ping_at, pong_seen;
+  uint64_t peer_ping;      /* its latest ping, to echo */
+} mep__ft_peer_t;
+
+typedef struct mep__ft {
+  /* engine side (engine_lock) */
+  uint64_t epoch, decided, committed;
+  uint8_t *act;            /* active set of the epoch */
+  uint8_t *last;           /* the set of the last commit */
+  uint8_t *suspect, *dirty;
+  mep__ft_peer_t *ps;
+  uint8_t *views;          /* backing of ps[].view */
+  int excluded, agreeing, coord, agreement;
+  int proposed;            /* told the running agreement what it committed */
+  uint64_t agree_since, query, queries, probe_until, probe_ms;
+  /* the control channel */
+  size_t slot;
+  uint8_t *in, *out, *scratch;
+  uint64_t *sig;
+  mep_region_t *rin, *rout, *rsig;
+  /* what the public queries read (mu) */
+  pthread_mutex_t mu;
+  int32_t *arr;            /* page-aligned, max_size words */
+  uint64_t pub_epoch;
+  int *dropped;
+  int ndropped;
+} mep__ft_t;
+
+#endif
