@@ -407,8 +407,7 @@ static int build(mep_comm_t *comm) {
   if (rc == MEP_OK) drop_unused(comm);
   if (rc == MEP_OK) rc = connect_all(comm, cards);
   if (rc == MEP_OK) rc = mep__comm_setup_state(comm);
-  if (rc == MEP_OK) rc = mep__coll_connect(comm);
-  if (rc == MEP_OK) rc = mep__p2p_connect(comm, mep__ft_act(comm));
+  if (rc == MEP_OK) rc = mep__comm_import_state(comm);
   if (rc == MEP_OK) rc = mep__progress_start(comm);
   for (int p = 0; p < comm->size; p++) mep__card_free(&cards[p]);
   free(cards);
@@ -421,6 +420,16 @@ int mep__comm_setup_state(mep_comm_t *comm) {
   int rc = mep__coll_init(comm);
   if (rc == MEP_OK) rc = mep__p2p_init(comm);
   if (rc == MEP_OK) rc = mep__ft_init(comm);
+  return rc;
+}
+
+/* Imports the active peers' instances of those regions, so that no
+ * collective, message or agreement waits on the store later. Imports
+ * already made are kept. */
+int mep__comm_import_state(mep_comm_t *comm) {
+  int rc = mep__coll_connect(comm);
+  if (rc == MEP_OK) rc = mep__p2p_connect(comm, mep__ft_act(comm));
+  if (rc == MEP_OK) rc = mep__ft_connect(comm);
   return rc;
 }
 

@@ -84,6 +84,7 @@ void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
 /* Creation steps shared with recovery (comm.c, recover.c). */
 struct mep__card;
 int mep__comm_setup_state(mep_comm_t *comm);
+int mep__comm_import_state(mep_comm_t *comm);
 int mep__comm_fetch_card(mep_comm_t *comm, int peer, struct mep__card *card);
 int mep__comm_connect_peer(mep_comm_t *comm, int p,
                            const struct mep__card *card, mep_tp_ep_t **ep);

@@ -36,6 +36,8 @@ static uint64_t checksum(const uint8_t *p, size_t len) {
   return h;
 }
 
+static void claim_join(struct mep__ft *ft);
+
 /* ---------------------------------------------------------- set-up */
 
 static void publish_active(mep__ft_t *ft, int n) {
@@ -75,9 +77,11 @@ int mep__ft_init(mep_comm_t *comm) {
   ft->out = calloc(nn * 2, ft->slot);
   ft->sig = calloc(nn, sizeof *ft->sig);
   ft->scratch = malloc(ft->slot);
+  ft->cl.set = malloc(nn);
+  ft->cl.mine = malloc(nn);
   if (!ft->arr || !ft->act || !ft->last || !ft->suspect || !ft->dirty ||
       !ft->ps || !ft->views || !ft->dropped || !ft->in || !ft->out || !ft->sig ||
-      !ft->scratch)
+      !ft->scratch || !ft->cl.set || !ft->cl.mine)
     return mep__err(MEP_ERR_NOMEM, "out of memory for the control channel");
   memset(ft->arr, 0, arr_bytes);
   for (size_t p = 0; p < nn; p++) ft->ps[p].view = ft->views + p * nn;
@@ -94,9 +98,22 @@ int mep__ft_init(mep_comm_t *comm) {
   return rc ? mep__err_wrap(rc, "control channel") : MEP_OK;
 }
 
+int mep__ft_connect(mep_comm_t *comm) {
+  mep__ft_t *ft = comm->ft;
+  for (int p = 0; p < comm->size; p++) {
+    mep__remote_t *rem;
+    if (p == comm->rank || !ft->act[p]) continue;
+    int rc = mep__region_remote(ft->rin, p, &rem);
+    if (rc == MEP_OK) rc = mep__region_remote(ft->rsig, p, &rem);
+    if (rc) return mep__err_wrap(rc, "control channel");
+  }
+  return MEP_OK;
+}
+
 void mep__ft_fini(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
   if (!ft) return;
+  claim_join(ft);
   mep_region_deregister(ft->rin);
   mep_region_deregister(ft->rsig);
   mep_region_deregister(ft->rout);
@@ -112,6 +129,8 @@ void mep__ft_fini(mep_comm_t *comm) {
   free(ft->out);
   free(ft->sig);
   free(ft->scratch);
+  free(ft->cl.set);
+  free(ft->cl.mine);
   pthread_mutex_destroy(&ft->mu);
   free(ft);
   comm->ft = NULL;
@@ -358,56 +377,62 @@ static int closed_on_me(const mep_comm_t *comm, const uint8_t *set) {
 
 /* The claim makes the store the arbiter when two coordinators decide the
  * same epoch (a partition, or a frozen rank that wakes and finds itself
- * alone): the first claim wins, the others adopt its set. Without a store
- * the decision stands on its own. */
-static void claim(mep_comm_t *comm, uint64_t epoch, uint8_t *act,
-                  uint64_t *decided) {
+ * alone): the first claim wins, the others adopt its set. It runs on a
+ * thread of its own, so the engine keeps answering probes meanwhile; a
+ * store that does not answer within 2 probe_ms is given up on and the
+ * decision stands on its own. */
+static void *claim_run(void *arg) {
+  mep_comm_t *comm = arg;
+  mep__ft_claim_t *cl = &comm->ft->cl;
   mep_store_t *st = comm->store;
   char k[512];
   int64_t n = 0;
-  snprintf(k, sizeof k, "%s/ft/%llu", comm->ns, (unsigned long long)epoch);
-  int rc = st->add ? st->add(st->ctx, k, 1, &n) : MEP_ERR_UNSUPPORTED;
   size_t len = 16 + (size_t)comm->max_size;
+  snprintf(k, sizeof k, "%s/ft/%llu", comm->ns, (unsigned long long)cl->epoch);
+  int rc = st->add ? st->add(st->ctx, k, 1, &n) : MEP_ERR_UNSUPPORTED;
   strncat(k, "/set", sizeof k - strlen(k) - 1);
-  if (rc) {
-    mep__warn("epoch %llu: the store cannot arbitrate (%s); deciding alone",
-              (unsigned long long)epoch, mep_strerror(rc));
-    if (closed_on_me(comm, act)) memset(act, 0, (size_t)comm->max_size);
-    return;
-  }
-  if (n == 1) {
-    uint8_t *blob = malloc(len);
-    if (!blob) return;
-    memcpy(blob, decided, 8);
-    memcpy(blob + 8, &epoch, 8);
-    memcpy(blob + 16, act, (size_t)comm->max_size);
+  uint8_t *blob = rc ? NULL : malloc(len);
+  if (!rc && !blob) rc = MEP_ERR_NOMEM;
+  if (!rc && n == 1) {
+    memcpy(blob, &cl->decided, 8);
+    memcpy(blob + 8, &cl->epoch, 8);
+    memcpy(blob + 16, cl->set, (size_t)comm->max_size);
     rc = st->set(st->ctx, k, blob, len);
-    free(blob);
-    if (rc) mep__warn("epoch %llu: publishing the set: %s",
-                      (unsigned long long)epoch, mep_strerror(rc));
-    return;
+  } else if (!rc) {
+    void *val = NULL;
+    size_t vlen = 0;
+    rc = st->get(st->ctx, k, &val, &vlen, comm->timeout_ms);
+    if (rc == MEP_OK && vlen == len) {
+      memcpy(&cl->decided, val, 8);
+      memcpy(cl->set, (uint8_t *)val + 16, (size_t)comm->max_size);
+      cl->lost = 1;
+    } else {
+      /* Someone claimed it and never said what: this rank cannot know
+       * where it stands. */
+      memset(cl->set, 0, (size_t)comm->max_size);
+      cl->lost = 1;
+    }
+    free(val);
   }
-  void *val = NULL;
-  size_t vlen = 0;
-  rc = st->get(st->ctx, k, &val, &vlen, comm->timeout_ms);
-  if (rc == MEP_OK && vlen == len) {
-    memcpy(decided, val, 8);
-    memcpy(act, (uint8_t *)val + 16, (size_t)comm->max_size);
-    mep__info("epoch %llu was decided by another rank first",
-              (unsigned long long)epoch);
-  } else {
-    /* Someone claimed it and never said what: this rank cannot know
-     * where it stands. */
-    memset(act, 0, (size_t)comm->max_size);
-  }
-  free(val);
+  free(blob);
+  cl->rc = rc;
+  atomic_store(&cl->state, 2);
+  return NULL;
+}
+
+static void claim_join(mep__ft_t *ft) {
+  if (atomic_load(&ft->cl.state) == 0) return;
+  pthread_join(ft->cl.thread, NULL);
+  atomic_store(&ft->cl.state, 0);
 }
 
 static void decide(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
-  int n = comm->max_size;
-  uint8_t *set = calloc((size_t)n, 1);
-  if (!set) return; /* tried again on the next round */
+  mep__ft_claim_t *cl = &ft->cl;
+  if (atomic_load(&cl->state) == 1) return; /* an old claim still hangs */
+  claim_join(ft);
+  uint8_t *set = cl->set;
+  memset(set, 0, (size_t)comm->max_size);
   uint64_t decided = ft->committed;
   /* Greedy in rank order: a rank joins when it and every rank already in
    * see each other, so the set is connected both ways. */
@@ -421,10 +446,46 @@ static void decide(mep_comm_t *comm) {
     if (r != comm->rank && ft->ps[r].msg.committed > decided)
       decided = ft->ps[r].msg.committed;
   }
-  uint64_t epoch = ft->epoch + 1;
-  claim(comm, epoch, set, &decided);
+  memcpy(cl->mine, set, (size_t)comm->max_size);
+  cl->epoch = ft->epoch + 1;
+  cl->decided = cl->mine_decided = decided;
+  cl->rc = 0;
+  cl->lost = 0;
+  cl->since = mep__now_ms();
+  atomic_store(&cl->state, 1);
+  if (pthread_create(&cl->thread, NULL, claim_run, comm)) {
+    atomic_store(&cl->state, 0);
+    cl->rc = MEP_ERR_SYSTEM;
+    cl->since = 0; /* settled at once below */
+  }
+}
+
+/* Engine: the claim finished, or the store took too long. */
+static void settle_claim(mep_comm_t *comm, uint64_t now) {
+  mep__ft_t *ft = comm->ft;
+  mep__ft_claim_t *cl = &ft->cl;
+  if (!cl->epoch) return;
+  int state = atomic_load(&cl->state);
+  int done = state == 2 || (state == 0 && cl->rc);
+  if (!done && now < cl->since + 2 * ft->probe_ms) return;
+  const uint8_t *set = cl->set;
+  uint64_t decided = cl->decided;
+  if (done && state == 2) claim_join(ft);
+  if (!done || cl->rc) {
+    mep__warn("epoch %llu: the store cannot arbitrate (%s); deciding alone",
+              (unsigned long long)cl->epoch,
+              done ? mep_strerror(cl->rc) : "no answer in time");
+    if (closed_on_me(comm, cl->mine))
+      memset(cl->mine, 0, (size_t)comm->max_size);
+    set = cl->mine;
+    decided = cl->mine_decided;
+  } else if (cl->lost) {
+    mep__info("epoch %llu was decided by another rank first",
+              (unsigned long long)cl->epoch);
+  }
+  uint64_t epoch = cl->epoch;
+  cl->epoch = 0;
   adopt(comm, epoch, set, decided, "decided");
-  free(set);
 }
 
 static void run_agreement(mep_comm_t *comm, uint64_t now) {
@@ -451,7 +512,8 @@ static void run_agreement(mep_comm_t *comm, uint64_t now) {
     watch(comm, p, now);
     if (ft->suspect[p]) pending--;
   }
-  if (!pending) decide(comm);
+  if (!pending && !ft->cl.epoch) decide(comm);
+  if (ft->cl.epoch) settle_claim(comm, now);
 }
 
 /* ------------------------------------------------------------ the loop */

@@ -26,6 +26,9 @@
  * every rank), with every rank of the group active at epoch 0 (`act` NULL)
  * or, for a joining process, the set and epoch it was welcomed with. */
 int mep__ft_init(mep_comm_t *comm);
+/* Imports the active peers' control regions now, so that detecting and
+ * agreeing never need the store (which may be gone by then). */
+int mep__ft_connect(mep_comm_t *comm);
 void mep__ft_fini(mep_comm_t *comm);
 
 /* Engine: receives snapshots, detects failures, runs agreements, sends

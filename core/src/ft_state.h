@@ -4,6 +4,7 @@
 #define MEP_SRC_FT_STATE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm.h"
@@ -35,6 +36,17 @@ typedef struct mep__ft_peer {
   uint64_t peer_ping;      /* its latest ping, to echo */
 } mep__ft_peer_t;
 
+/* A decision being claimed in the store (ft.c, on a thread of its own). */
+typedef struct mep__ft_claim {
+  pthread_t thread;
+  _Atomic int state;       /* 0 none, 1 running, 2 finished (join it) */
+  uint64_t epoch;          /* 0: no decision pending */
+  uint64_t decided, mine_decided, since;
+  uint8_t *set;            /* the winner's set (the thread writes it) */
+  uint8_t *mine;           /* this coordinator's own decision */
+  int rc, lost;            /* the store's answer; another claim won */
+} mep__ft_claim_t;
+
 typedef struct mep__ft {
   /* engine side (engine_lock) */
   uint64_t epoch, decided, committed;
@@ -46,6 +58,7 @@ typedef struct mep__ft {
   int excluded, agreeing, coord, agreement;
   int proposed;            /* told the running agreement what it committed */
   uint64_t agree_since, query, queries, probe_until, probe_ms;
+  mep__ft_claim_t cl;
   /* the control channel */
   size_t slot;
   uint8_t *in, *out, *scratch;

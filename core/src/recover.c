@@ -166,9 +166,8 @@ int mep__comm_join(mep_comm_t *comm) {
     pthread_mutex_unlock(&comm->lock);
     mep__ft_set_members(comm, w.epoch, w.act, w.committed);
     mep__coll_set_ops(comm, w.ops);
-    rc = mep__coll_connect(comm);
+    rc = mep__comm_import_state(comm);
   }
-  if (rc == MEP_OK) rc = mep__p2p_connect(comm, w.act);
   if (rc == MEP_OK) rc = mep__progress_start(comm);
   if (rc == MEP_OK)
     rc = mep__coll_barrier_tagged(comm, MEP__COLL_RECOVER, w.digest);
@@ -321,6 +320,9 @@ int mep_comm_recover_ranks(mep_comm_t *comm, const int *ranks, int n) {
     pthread_mutex_unlock(&comm->engine_lock);
     mep__info("admitted %d rank(s) at epoch %llu", n,
               (unsigned long long)w.epoch);
+    rc = mep__comm_import_state(comm);
+  }
+  if (rc == MEP_OK) {
     rc = mep__coll_barrier_tagged(comm, MEP__COLL_RECOVER, digest);
     if (rc > 0) rc = MEP_OK;
   }
