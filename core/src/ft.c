@@ -145,7 +145,9 @@ int mep__ft_may_commit(const mep_comm_t *comm) { return !comm->ft->proposed; }
 uint64_t mep__ft_decided(const mep_comm_t *comm) {
   return comm->ft->decided;
 }
-int mep__ft_excluded(const mep_comm_t *comm) { return comm->ft->excluded; }
+int mep__ft_excluded(const mep_comm_t *comm) {
+  return comm->ft && __atomic_load_n(&comm->ft->excluded, __ATOMIC_ACQUIRE);
+}
 uint64_t mep__ft_probe_ms(const mep_comm_t *comm) {
   return comm->ft->probe_ms;
 }
@@ -258,7 +260,7 @@ static void adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
   for (int p = 0; p < comm->max_size; p++)
     if (!act[p]) ft->suspect[p] = 0;
   if (!act[comm->rank]) {
-    ft->excluded = 1;
+    __atomic_store_n(&ft->excluded, 1, __ATOMIC_RELEASE);
     mep__warn("the other ranks dropped this one at epoch %llu (%s)",
               (unsigned long long)epoch, how);
   } else {

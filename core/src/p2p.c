@@ -286,6 +286,9 @@ static int start(mep_comm_t *comm, int is_send, const void *buf, size_t bytes,
   if (!comm->p2p)
     return mep__err(MEP_ERR_INVALID, "%s: point-to-point is not set up on "
                     "this communicator", fn);
+  if (mep__ft_excluded(comm))
+    return mep__err(MEP_ERR_EXCLUDED, "%s: the other ranks dropped this rank "
+                    "from the group", fn);
   mep__p2p_op_t *op = calloc(1, sizeof *op);
   if (!op) return mep__err(MEP_ERR_NOMEM, "%s: out of memory", fn);
   op->is_send = is_send;

@@ -40,6 +40,9 @@ static int check_peer(const mep_comm_t *comm, int peer, const char *what) {
   if (failed)
     return mep__err(MEP_ERR_PEER_FAILED, "%s: rank %d has failed (%s)", what,
                     peer, mep_strerror(failed));
+  if (peer != comm->rank && !comm->peers[peer].ep)
+    return mep__err(MEP_ERR_PEER_FAILED, "%s: rank %d is not in the group",
+                    what, peer);
   return MEP_OK;
 }
 
