@@ -195,8 +195,9 @@ static void describe(char *buf, size_t len, uint32_t kind, uint32_t dtype,
       kind == MEP__COLL_REDUCE_SCATTER)
     n += snprintf(buf + n, len - (size_t)n, ", %s",
                   mep_op_name((mep_op_t)op) ? mep_op_name((mep_op_t)op) : "?");
-  n += snprintf(buf + n, len - (size_t)n, ", count %llu",
-                (unsigned long long)count);
+  if (kind < MEP__COLL_PEER_STATE) /* membership barriers: a digest */
+    n += snprintf(buf + n, len - (size_t)n, ", count %llu",
+                  (unsigned long long)count);
   if (root >= 0) n += snprintf(buf + n, len - (size_t)n, ", root %d", root);
   snprintf(buf + n, len - (size_t)n, ")");
 }

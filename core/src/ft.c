@@ -377,6 +377,18 @@ static int closed_on_me(const mep_comm_t *comm, const uint8_t *set) {
   return 1;
 }
 
+/* Without the store to arbitrate, only a majority of the active set may
+ * go on: a rank cut off with the store out of reach must not carry on as
+ * a group of its own while the others carry on too. */
+static int majority(const mep_comm_t *comm, const uint8_t *set) {
+  int keep = 0, had = 0;
+  for (int p = 0; p < comm->size; p++) {
+    keep += set[p] != 0;
+    had += comm->ft->act[p] != 0;
+  }
+  return 2 * keep > had;
+}
+
 /* The claim makes the store the arbiter when two coordinators decide the
  * same epoch (a partition, or a frozen rank that wakes and finds itself
  * alone): the first claim wins, the others adopt its set. It runs on a
@@ -477,7 +489,7 @@ static void settle_claim(mep_comm_t *comm, uint64_t now) {
     mep__warn("epoch %llu: the store cannot arbitrate (%s); deciding alone",
               (unsigned long long)cl->epoch,
               done ? mep_strerror(cl->rc) : "no answer in time");
-    if (closed_on_me(comm, cl->mine))
+    if (closed_on_me(comm, cl->mine) || !majority(comm, cl->mine))
       memset(cl->mine, 0, (size_t)comm->max_size);
     set = cl->mine;
     decided = cl->mine_decided;

@@ -237,7 +237,7 @@ static void destroy_while_running(void) {
 }
 
 int main(void) {
-  mep_launch_store_t st;
+  mep_launch_store_t st = {0};
   CHECK(mep_launch_store_start(&st) == 0, "store server");
   port = st.port;
   unsetenv("MEP_TRANSPORTS");

@@ -123,7 +123,7 @@ static int cmp_u64(const void *a, const void *b) {
  * survivor finished degraded. */
 static int round_run(const opts_t *o, board_t *b, int round, double *ms,
                      int *nms) {
-  mep_launch_store_t store;
+  mep_launch_store_t store = {0};
   if (mep_launch_store_start(&store)) return -1;
   memset((void *)b, 0, sizeof *b);
   pid_t pids[256];

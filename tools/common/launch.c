@@ -2,6 +2,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,12 +84,13 @@ static int reap(pid_t *pids, int n, long long deadline) {
 
 /* The server process: serves until the parent closes the control pipe
  * (or dies). */
-static void serve_store(int port_fd, int ctl_fd) {
+static void serve_store(const char *host, int port_fd, int ctl_fd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   mep_store_server_t *srv = NULL;
   int port = -1;
-  if (mep_store_server_start("127.0.0.1", 0, &srv))
-    fprintf(stderr, "launch: store server: %s\n", mep_last_error());
+  if (mep_store_server_start(host, 0, &srv))
+    fprintf(stderr, "launch: store server on %s: %s\n", host,
+            mep_last_error());
   else
     port = mep_store_server_port(srv);
   ssize_t w = write(port_fd, &port, sizeof port);
@@ -103,8 +105,10 @@ static void serve_store(int port_fd, int ctl_fd) {
 
 int mep_launch_store_start(mep_launch_store_t *st) {
   int port_pipe[2], ctl_pipe[2];
-  if (pipe(port_pipe)) return -1;
-  if (pipe(ctl_pipe)) {
+  const char *host = st->host ? st->host : "127.0.0.1";
+  st->pid = st->ctl_fd = st->port = -1;
+  if (pipe2(port_pipe, O_CLOEXEC)) return -1;
+  if (pipe2(ctl_pipe, O_CLOEXEC)) {
     close(port_pipe[0]), close(port_pipe[1]);
     return -1;
   }
@@ -113,7 +117,7 @@ int mep_launch_store_start(mep_launch_store_t *st) {
   if (pid == 0) {
     close(port_pipe[0]);
     close(ctl_pipe[1]);
-    serve_store(port_pipe[1], ctl_pipe[0]);
+    serve_store(host, port_pipe[1], ctl_pipe[0]);
   }
   close(port_pipe[1]);
   close(ctl_pipe[0]);
@@ -138,7 +142,7 @@ void mep_launch_store_stop(mep_launch_store_t *st) {
 }
 
 int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
-  mep_launch_store_t st;
+  mep_launch_store_t st = {0};
   if (mep_launch_store_start(&st)) {
     fprintf(stderr, "launch: could not start the store server\n");
     return o->size > 0 ? o->size : 1;

@@ -27,6 +27,7 @@ typedef struct mep_launch_opts {
  * forking a process that has threads can leave a lock taken in the child).
  * Sets *port; mep_launch_store_stop ends and reaps it. */
 typedef struct mep_launch_store {
+  const char *host; /* the caller's: address to listen on; NULL: 127.0.0.1 */
   int pid;
   int ctl_fd; /* closing it tells the server to stop */
   int port;

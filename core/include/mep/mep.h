@@ -378,7 +378,14 @@ MEP_API void mep_req_free(mep_req_t *req);
  * NULL the call blocks until done (up to the communicator's timeout);
  * otherwise it returns at once and *req tracks it. send == recv is
  * allowed (in place) where the sizes agree. Collectives of one
- * communicator run one at a time, in call order; they are thread-safe. */
+ * communicator run one at a time, in call order; they are thread-safe.
+ * Faults: collectives run over the active ranks. One during which ranks
+ * were lost returns MEP_OK_DEGRADED on every survivor, with the same
+ * result over the survivors' inputs (blocks of dropped ranks in all-gather
+ * and all-to-all outputs are left as they were; avg divides by the
+ * survivors) and the same dropped set. A rooted collective whose root is
+ * lost fails with MEP_ERR_PEER_FAILED on every survivor. A rank the others
+ * dropped gets MEP_ERR_EXCLUDED from then on. */
 
 typedef enum {
   MEP_FLOAT16 = 0,
