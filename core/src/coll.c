@@ -36,12 +36,13 @@ _Static_assert(sizeof(chdr_t) <= HDR_BYTES, "chunk header too large");
 struct mep__coll {
   size_t chunk, slot;
   uint8_t *send_stage, *recv_stage; /* [rank][2] slots */
-  uint64_t *sig;                    /* data[rank], credit[rank], done[rank] */
+  uint64_t *sig;                    /* data[rank], then credit[rank] */
   mep_region_t *rs, *rr, *rg;
   uint64_t *sent, *consumed;        /* chunk sequence numbers per peer */
   uint64_t seq;                     /* collectives started */
   int agreement;                    /* [core] agreement = on */
-  uint64_t cur_done;                /* done word of the running attempt */
+  int cur_done;                     /* the running attempt holds all data */
+  uint64_t *held;                   /* per sender: a credit held back */
   uint8_t *acc;
   size_t two_shot;                  /* [core] two_shot_bytes */
 };
@@ -85,11 +86,12 @@ int mep__coll_init(mep_comm_t *comm) {
   c->slot = HDR_BYTES + c->chunk;
   c->send_stage = malloc(n * 2 * c->slot);
   c->recv_stage = malloc(n * 2 * c->slot);
-  c->sig = calloc(3 * n, sizeof *c->sig);
+  c->sig = calloc(2 * n, sizeof *c->sig);
+  c->held = calloc(n, sizeof *c->held);
   c->sent = calloc(n, sizeof *c->sent);
   c->consumed = calloc(n, sizeof *c->consumed);
   c->acc = malloc(2 * c->chunk); /* float16 accumulates in float32 */
-  if (!c->send_stage || !c->recv_stage || !c->sig || !c->sent ||
+  if (!c->send_stage || !c->recv_stage || !c->sig || !c->held || !c->sent ||
       !c->consumed || !c->acc)
     return mep__err(MEP_ERR_NOMEM, "collective staging of %zu bytes",
                     n * 4 * c->slot);
@@ -99,7 +101,7 @@ int mep__coll_init(mep_comm_t *comm) {
     rc = mep_region_register(comm, c->recv_stage, n * 2 * c->slot,
                              MEP_MEM_HOST, &c->rr);
   if (rc == MEP_OK)
-    rc = mep_region_register(comm, c->sig, 3 * n * sizeof *c->sig,
+    rc = mep_region_register(comm, c->sig, 2 * n * sizeof *c->sig,
                              MEP_MEM_HOST, &c->rg);
   return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
 }
@@ -114,8 +116,8 @@ int mep__coll_connect(mep_comm_t *comm) {
 void mep__coll_reset_peer(mep_comm_t *comm, int p) {
   struct mep__coll *c = comm->coll;
   size_t n = (size_t)comm->max_size;
-  c->sent[p] = c->consumed[p] = 0;
-  for (size_t i = 0; i < 3; i++)
+  c->sent[p] = c->consumed[p] = c->held[p] = 0;
+  for (size_t i = 0; i < 2; i++)
     __atomic_store_n(&c->sig[i * n + (size_t)p], 0, __ATOMIC_RELEASE);
   memset(c->recv_stage + (size_t)p * 2 * c->slot, 0, 2 * c->slot);
 }
@@ -134,6 +136,7 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->send_stage);
   free(c->recv_stage);
   free(c->sig);
+  free(c->held);
   free(c->sent);
   free(c->consumed);
   free(c->acc);
@@ -208,13 +211,15 @@ typedef struct op {
   mep__coll_spec_t spec;
   mep__plan_t plan;
   uint8_t *act;      /* the attempt's active set */
+  int *last_step;    /* per sender: its last step and chunk to this rank */
+  size_t *last_chunk;
   int nact, first, last; /* active ranks, lowest and highest */
   int step, started;
   size_t sj, rj;   /* send and receive cursors: chunk index ... */
   int sk, rs;      /* ... and peer */
   size_t smax, rmax; /* chunks of the longest message of the step */
   uint64_t seq, epoch, digest, deadline, probe_end;
-  int data_done, done_sent, probed;
+  int data_done, probed;
   char waiting[160];
 } op_t;
 
@@ -240,11 +245,13 @@ static uint64_t load(const uint64_t *w) {
   return __atomic_load_n(w, __ATOMIC_ACQUIRE);
 }
 
+static void release_held(mep_comm_t *comm);
 static int fail(mep_req_t *req, int code, const char *fmt, ...)
     MEP_PRINTF(3, 4);
 static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   op_t *o = req->impl;
   req->comm->coll->cur_done = 0;
+  release_held(req->comm);
   char what[96], msg[400];
   describe(what, sizeof what, (uint32_t)o->spec.kind, (uint32_t)o->spec.dtype,
            (uint32_t)o->spec.op, o->plan.count, o->spec.root);
@@ -406,10 +413,36 @@ static int check_strays(mep_req_t *req) {
 static int release(mep_comm_t *comm, int s) {
   struct mep__coll *c = comm->coll;
   uint64_t seq = ++c->consumed[s];
+  c->held[s] = 0; /* this credit covers a held one */
   int rc = mep_signal(comm, s, c->rg,
                       (size_t)(comm->max_size + comm->rank) * 8, seq,
                       MEP_SIGNAL_SET);
   return lost(rc) ? MEP_OK : rc;
+}
+
+/* With [core] agreement on, the credit for the last chunk s sends this
+ * rank in a collective is held back until this rank holds all its data:
+ * a sender that has every such credit back knows every rank holds its
+ * data, which is what lets it finish (all_credited). No extra message. */
+static int consume(mep_req_t *req, int s, size_t j) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  if (!c->agreement || o->step != o->last_step[s] || j != o->last_chunk[s])
+    return release(comm, s);
+  c->held[s] = ++c->consumed[s];
+  return MEP_OK;
+}
+
+/* Sends the credits held back. */
+static void release_held(mep_comm_t *comm) {
+  struct mep__coll *c = comm->coll;
+  for (int s = 0; s < comm->size; s++) {
+    if (!c->held[s]) continue;
+    mep_signal(comm, s, c->rg, (size_t)(comm->max_size + comm->rank) * 8,
+               c->held[s], MEP_SIGNAL_SET);
+    c->held[s] = 0;
+  }
 }
 
 /* Copy mode: chunk j from s into place. */
@@ -422,7 +455,7 @@ static int recv_copy(mep_req_t *req, int s, size_t j) {
   if (rc <= 0) return rc;
   size_t len = chunk_len(c, st->rbytes[s], j);
   if (len) memcpy(st->rptr[s] + j * c->chunk, payload, len);
-  rc = release(req->comm, s);
+  rc = consume(req, s, j);
   return rc ? rc : 1;
 }
 
@@ -444,7 +477,7 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
   else
     mep__acc_combine(o->plan.dtype, o->plan.op, c->acc, src, n);
   if (s != comm->rank) {
-    int rc = release(comm, s);
+    int rc = consume(req, s, j);
     if (rc) return rc;
   }
   if (s == o->last)
@@ -523,9 +556,25 @@ static int pump_recvs(mep_req_t *req) {
   return moved;
 }
 
-/* The word a rank sets at every peer once it holds all its data: the
- * collective and the attempt's epoch, growing with both. */
-static uint64_t done_word(const op_t *o) { return o->seq << 24 | o->epoch; }
+/* Per sender, the step and chunk of the last chunk it sends this rank in
+ * the attempt (every active pair exchanges at least one). */
+static void last_chunks(mep_comm_t *comm, op_t *o) {
+  struct mep__coll *c = comm->coll;
+  for (int s = 0; s < comm->size; s++) o->last_step[s] = -1;
+  for (int k = 0; k < o->plan.nsteps; k++) {
+    const mep__step_t *st = &o->plan.steps[k];
+    for (int s = 0; s < comm->size; s++) {
+      if (s == comm->rank || !o->act[s]) continue;
+      if (reducing(st)) {
+        o->last_step[s] = k;
+        o->last_chunk[s] = nchunks(c, st->rlen) - 1;
+      } else if (st->recv_from[s]) {
+        o->last_step[s] = k;
+        o->last_chunk[s] = nchunks(c, st->rbytes[s]) - 1;
+      }
+    }
+  }
+}
 
 /* (Re)builds the plan over the ranks active now: a collective starts as
  * one attempt per epoch until one commits. */
@@ -545,11 +594,13 @@ static int attempt(mep_req_t *req) {
     o->last = p;
     o->nact++;
   }
-  o->step = o->started = o->data_done = o->done_sent = o->probed = 0;
+  release_held(comm);
+  o->step = o->started = o->data_done = o->probed = 0;
   o->deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
   int rc = mep__plan_build(comm, &o->spec, o->act, &o->plan);
   o->digest = digest_of(&o->plan);
-  comm->coll->cur_done = done_word(o);
+  comm->coll->cur_done = 0;
+  if (rc == MEP_OK) last_chunks(comm, o);
   if (o->epoch)
     mep__debug("%s #%llu: attempt at epoch %llu over %d ranks",
                kind_names[o->spec.kind], (unsigned long long)o->seq,
@@ -559,23 +610,20 @@ static int attempt(mep_req_t *req) {
 
 
 /* With [core] agreement on, a collective finishes only once every active
- * rank holds all its data (one round of signals): then a rank lost later
- * cannot leave the survivors with different results. */
-static int all_done(mep_req_t *req) {
+ * rank holds all its data: then a rank lost later cannot leave the
+ * survivors with different results. Each rank learns it from the credits
+ * it gets back for its last chunks (see consume). */
+static int all_credited(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
-  size_t base = 2 * (size_t)comm->max_size;
-  if (!o->done_sent) {
-    for (int p = 0; p < comm->size; p++)
-      if (p != comm->rank && o->act[p] && !peer_dead(comm, p))
-        mep_signal(comm, p, c->rg, (base + (size_t)comm->rank) * 8,
-                   done_word(o), MEP_SIGNAL_SET);
-    o->done_sent = 1;
+  if (!c->cur_done) {
+    release_held(comm);
+    c->cur_done = 1;
   }
   for (int p = 0; p < comm->size; p++) {
     if (p == comm->rank || !o->act[p]) continue;
-    if (load(&c->sig[base + (size_t)p]) != done_word(o)) {
+    if (load(&c->sig[comm->max_size + p]) < c->sent[p]) {
       snprintf(o->waiting, sizeof o->waiting, "waiting for rank %d to hold "
                "all its data", p);
       return 0;
@@ -586,14 +634,15 @@ static int all_done(mep_req_t *req) {
 
 int mep__coll_done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
-  return c->cur_done &&
-         load(&c->sig[2 * (size_t)comm->max_size + (size_t)p]) == c->cur_done;
+  return c->cur_done && c->agreement &&
+         load(&c->sig[comm->max_size + p]) >= c->sent[p];
 }
 
 static int commit(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   op_t *o = req->impl;
   comm->coll->cur_done = 0;
+  release_held(comm);
   req->dropped = malloc((size_t)comm->max_size * sizeof *req->dropped);
   if (!req->dropped)
     return fail(req, MEP_ERR_NOMEM, "out of memory");
@@ -661,7 +710,7 @@ static int advance(mep_req_t *req) {
   }
   if (mep__ft_agreeing(comm)) {
     if (o->data_done && mep__ft_may_commit(comm) &&
-        (!comm->coll->agreement || all_done(req)))
+        (!comm->coll->agreement || all_credited(req)))
       return commit(req);
     return moved ? 2 : 0;
   }
@@ -680,7 +729,7 @@ static int advance(mep_req_t *req) {
     o->started = 0;
   }
   if (o->step == o->plan.nsteps) o->data_done = 1;
-  if (o->data_done && (!comm->coll->agreement || all_done(req)))
+  if (o->data_done && (!comm->coll->agreement || all_credited(req)))
     return commit(req);
   uint64_t now = mep__now_ms();
   if (now >= o->deadline && overdue(req, now)) return 1;
@@ -692,24 +741,33 @@ static void cleanup(mep_req_t *req) {
   mep__plan_free(&o->plan);
   mep__coll_spec_free(&o->spec);
   free(o->act);
+  free(o->last_step);
+  free(o->last_chunk);
   free(o);
 }
 
 int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
                     mep_req_t **out) {
   op_t *o = calloc(1, sizeof *o);
-  uint8_t *act = o ? calloc((size_t)comm->max_size, 1) : NULL;
-  mep_req_t *req = act ? mep__req_new(comm, MEP__REQ_COLL, advance, o,
-                                      cleanup)
-                       : NULL;
+  size_t n = (size_t)comm->max_size;
+  uint8_t *act = o ? calloc(n, 1) : NULL;
+  int *ls = o ? calloc(n, sizeof *ls) : NULL;
+  size_t *lc = o ? calloc(n, sizeof *lc) : NULL;
+  mep_req_t *req = act && ls && lc ? mep__req_new(comm, MEP__REQ_COLL,
+                                                  advance, o, cleanup)
+                                   : NULL;
   if (!req) {
     free(act);
+    free(ls);
+    free(lc);
     free(o);
     mep__coll_spec_free(spec);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }
   o->spec = *spec;
   o->act = act;
+  o->last_step = ls;
+  o->last_chunk = lc;
   memset(spec, 0, sizeof *spec);
   return mep__req_start(req, out);
 }
