@@ -679,8 +679,8 @@ static int overdue(mep_req_t *req, uint64_t now) {
     return 0;
   }
   if (now < o->probe_end) return 0;
-  return fail(req, MEP_ERR_TIMEOUT, "%s: still %s after %d ms (every rank "
-              "answers probes: it is alive but not taking part)",
+  return fail(req, MEP_ERR_TIMEOUT, "%s: still %s, nothing moved for %d ms "
+              "(every rank answers probes: it is alive but not taking part)",
               o->plan.algo, o->waiting, comm->timeout_ms);
 }
 
@@ -732,6 +732,12 @@ static int advance(mep_req_t *req) {
   if (o->data_done && (!comm->coll->agreement || all_credited(req)))
     return commit(req);
   uint64_t now = mep__now_ms();
+  /* The deadline is on silence, not on the whole collective: a large one
+   * that keeps moving over a slow network is not cut short. */
+  if (moved) {
+    o->deadline = now + (uint64_t)comm->timeout_ms;
+    o->probed = 0;
+  }
   if (now >= o->deadline && overdue(req, now)) return 1;
   return moved ? 2 : 0;
 }

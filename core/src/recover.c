@@ -2,9 +2,10 @@
  * replaces (or a new one), the active ranks see it (mep_comm_peer_state)
  * and admit it (mep_comm_recover_ranks).
  *
- * Store keys: <ns>/join/<rank> counts the processes that asked to join as
- * that rank (each one's incarnation); every rank remembers the incarnation
- * it admitted last, so a higher count means one waits. The lowest active
+ * Store keys: a joining process draws its incarnation from the counter
+ * <ns>/incarnation/<rank>, registers its regions (their keys carry it) and
+ * then announces itself in <ns>/join/<rank>; every rank remembers the
+ * incarnation it admitted last, so a higher one there means one waits. The lowest active
  * rank writes <ns>/welcome/<rank>/<incarnation>: the epoch, active set,
  * collective count and incarnations the joiner starts from. */
 #include <stdio.h>
@@ -29,11 +30,28 @@ static void key(const mep_comm_t *comm, char *k, size_t len, const char *what,
     snprintf(k, len, "%s/%s/%d", comm->ns, what, rank);
 }
 
-/* How many processes asked to join as `rank` so far. */
+/* The incarnation of the process waiting to join as `rank`, 0 if none
+ * announced itself yet. */
 static int join_count(mep_comm_t *comm, int rank, int64_t *n) {
   char k[512];
+  int exists = 0;
+  *n = 0;
   key(comm, k, sizeof k, "join", rank, -1);
-  int rc = comm->store->add(comm->store->ctx, k, 0, n);
+  mep_store_t *st = comm->store;
+  void *val = NULL;
+  size_t len = 0;
+  int rc = MEP_OK;
+  if (st->check) {
+    rc = st->check(st->ctx, k, &exists);
+    if (rc == MEP_OK && exists)
+      rc = st->get(st->ctx, k, &val, &len, comm->timeout_ms);
+  } else { /* a store without check(): a get that does not wait */
+    rc = st->get(st->ctx, k, &val, &len, 0);
+    exists = rc == MEP_OK;
+    if (rc == MEP_ERR_TIMEOUT || rc == MEP_ERR_NOT_FOUND) rc = MEP_OK;
+  }
+  if (rc == MEP_OK && exists && len == sizeof *n) memcpy(n, val, len);
+  free(val);
   return rc ? mep__err_wrap(rc, "store key '%s'", k) : MEP_OK;
 }
 
@@ -123,7 +141,15 @@ static int connect_fresh(mep_comm_t *comm, int p) {
 
 int mep__comm_join(mep_comm_t *comm) {
   int me = comm->rank, n = comm->max_size;
-  int rc = mep__comm_secret_and_card(comm);
+  /* A number of its own first: its regions' store keys carry it, so no
+   * survivor can import what an earlier process of this rank published. */
+  char k[512];
+  int64_t inc = 0;
+  key(comm, k, sizeof k, "incarnation", me, -1);
+  int rc = comm->store->add(comm->store->ctx, k, 1, &inc);
+  if (rc) return mep__err_wrap(rc, "joining (store key '%s')", k);
+  comm->incarnation[me] = inc;
+  rc = mep__comm_secret_and_card(comm);
   /* Its peers are not known yet: regions are registered with every
    * transport that runs here, whichever the routes turn out to be. */
   for (int i = 0; i < comm->ntps; i++)
@@ -136,10 +162,8 @@ int mep__comm_join(mep_comm_t *comm) {
   none[me] = 1;
   mep__ft_set_members(comm, 0, none, 0);
   free(none);
-  char k[512];
   key(comm, k, sizeof k, "join", me, -1);
-  int64_t inc = 0;
-  rc = comm->store->add(comm->store->ctx, k, 1, &inc);
+  rc = comm->store->set(comm->store->ctx, k, &inc, sizeof inc);
   if (rc) return mep__err_wrap(rc, "announcing the join (store key '%s')", k);
   mep__info("joining as rank %d (process %lld of that rank); waiting to be "
             "admitted", me, (long long)inc);
@@ -160,7 +184,6 @@ int mep__comm_join(mep_comm_t *comm) {
     if (p != me && w.act[p]) rc = connect_fresh(comm, p);
   if (rc == MEP_OK) {
     comm->size = w.size;
-    comm->incarnation[me] = inc;
     pthread_mutex_lock(&comm->lock);
     if (w.next_region > comm->next_region) comm->next_region = w.next_region;
     pthread_mutex_unlock(&comm->lock);

@@ -10,10 +10,14 @@
 #include "error.h"
 #include "log.h"
 
+/* The key names the process too (its incarnation): a replacement of a
+ * rank never imports what an earlier process of that rank published. */
 static char *region_key(const mep_comm_t *comm, uint32_t id, int rank) {
-  size_t len = strlen(comm->ns) + 48;
+  size_t len = strlen(comm->ns) + 64;
   char *k = malloc(len);
-  if (k) snprintf(k, len, "%s/region/%u/%d", comm->ns, id, rank);
+  if (k)
+    snprintf(k, len, "%s/region/%u/%d.%lld", comm->ns, id, rank,
+             (long long)comm->incarnation[rank]);
   return k;
 }
 
