@@ -36,8 +36,6 @@ static uint64_t checksum(const uint8_t *p, size_t len) {
   return h;
 }
 
-static void claim_join(struct mep__ft *ft);
-
 /* ---------------------------------------------------------- set-up */
 
 static void publish_active(mep__ft_t *ft, int n) {
@@ -113,7 +111,7 @@ int mep__ft_connect(mep_comm_t *comm) {
 void mep__ft_fini(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
   if (!ft) return;
-  claim_join(ft);
+  mep__ft_claim_join(ft);
   mep_region_deregister(ft->rin);
   mep_region_deregister(ft->rsig);
   mep_region_deregister(ft->rout);
@@ -240,8 +238,8 @@ static void drop_peer(mep_comm_t *comm, int p) {
   peer->ep = NULL;
 }
 
-static void adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
-                  uint64_t decided, const char *how) {
+void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
+                   uint64_t decided, const char *how) {
   mep__ft_t *ft = comm->ft;
   if (epoch <= ft->epoch) return;
   char lost[256] = "";
@@ -298,7 +296,7 @@ static int receive(mep_comm_t *comm, int from) {
   }
   if (h.pong > ps->pong_seen) ps->pong_seen = h.pong;
   if (h.epoch > ft->epoch) {
-    adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
+    mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
   } else if (h.epoch < ft->epoch) {
     ft->dirty[from] = 1; /* it is behind: tell it */
   } else if ((h.flags & CTL_AGREE) && !ft->agreeing && !ft->excluded) {
@@ -363,90 +361,10 @@ static int answered(const mep_comm_t *comm, int p) {
          (ps->msg.flags & CTL_AGREE) && ps->msg.answer == comm->ft->query;
 }
 
-/* Left alone because every other rank closed its connection in order:
- * they dropped this rank (it was frozen or cut off) or all left. Either
- * way it must not go on as a group of one. */
-static int closed_on_me(const mep_comm_t *comm, const uint8_t *set) {
-  for (int p = 0; p < comm->size; p++) {
-    if (p == comm->rank) continue;
-    if (set[p]) return 0;
-    if (comm->ft->act[p] &&
-        atomic_load(&comm->peers[p].failed) != MEP_ERR_CLOSED)
-      return 0;
-  }
-  return 1;
-}
-
-/* Without the store to arbitrate, only a majority of the active set may
- * go on: a rank cut off with the store out of reach must not carry on as
- * a group of its own while the others carry on too. */
-static int majority(const mep_comm_t *comm, const uint8_t *set) {
-  int keep = 0, had = 0;
-  for (int p = 0; p < comm->size; p++) {
-    keep += set[p] != 0;
-    had += comm->ft->act[p] != 0;
-  }
-  return 2 * keep > had;
-}
-
-/* The claim makes the store the arbiter when two coordinators decide the
- * same epoch (a partition, or a frozen rank that wakes and finds itself
- * alone): the first claim wins, the others adopt its set. It runs on a
- * thread of its own, so the engine keeps answering probes meanwhile; a
- * store that does not answer within 2 probe_ms is given up on and the
- * decision stands on its own. */
-static void *claim_run(void *arg) {
-  mep_comm_t *comm = arg;
-  mep__ft_claim_t *cl = &comm->ft->cl;
-  mep_store_t *st = comm->store;
-  char k[512];
-  int64_t n = 0;
-  size_t len = 16 + (size_t)comm->max_size;
-  snprintf(k, sizeof k, "%s/ft/%llu", comm->ns, (unsigned long long)cl->epoch);
-  int rc = st->add ? st->add(st->ctx, k, 1, &n) : MEP_ERR_UNSUPPORTED;
-  strncat(k, "/set", sizeof k - strlen(k) - 1);
-  uint8_t *blob = rc ? NULL : malloc(len);
-  if (!rc && !blob) rc = MEP_ERR_NOMEM;
-  if (!rc && n == 1) {
-    memcpy(blob, &cl->decided, 8);
-    memcpy(blob + 8, &cl->epoch, 8);
-    memcpy(blob + 16, cl->set, (size_t)comm->max_size);
-    rc = st->set(st->ctx, k, blob, len);
-  } else if (!rc) {
-    void *val = NULL;
-    size_t vlen = 0;
-    rc = st->get(st->ctx, k, &val, &vlen, comm->timeout_ms);
-    if (rc == MEP_OK && vlen == len) {
-      memcpy(&cl->decided, val, 8);
-      memcpy(cl->set, (uint8_t *)val + 16, (size_t)comm->max_size);
-      cl->lost = 1;
-    } else {
-      /* Someone claimed it and never said what: this rank cannot know
-       * where it stands. */
-      memset(cl->set, 0, (size_t)comm->max_size);
-      cl->lost = 1;
-    }
-    free(val);
-  }
-  free(blob);
-  cl->rc = rc;
-  atomic_store(&cl->state, 2);
-  return NULL;
-}
-
-static void claim_join(mep__ft_t *ft) {
-  if (atomic_load(&ft->cl.state) == 0) return;
-  pthread_join(ft->cl.thread, NULL);
-  atomic_store(&ft->cl.state, 0);
-}
-
 static void decide(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
-  mep__ft_claim_t *cl = &ft->cl;
-  if (atomic_load(&cl->state) == 1) return; /* an old claim still hangs */
-  claim_join(ft);
-  uint8_t *set = cl->set;
-  memset(set, 0, (size_t)comm->max_size);
+  uint8_t *set = calloc((size_t)comm->max_size, 1);
+  if (!set) return; /* tried again on the next round */
   uint64_t decided = ft->committed;
   /* Greedy in rank order: a rank joins when it and every rank already in
    * see each other, so the set is connected both ways. */
@@ -460,46 +378,8 @@ static void decide(mep_comm_t *comm) {
     if (r != comm->rank && ft->ps[r].msg.committed > decided)
       decided = ft->ps[r].msg.committed;
   }
-  memcpy(cl->mine, set, (size_t)comm->max_size);
-  cl->epoch = ft->epoch + 1;
-  cl->decided = cl->mine_decided = decided;
-  cl->rc = 0;
-  cl->lost = 0;
-  cl->since = mep__now_ms();
-  atomic_store(&cl->state, 1);
-  if (pthread_create(&cl->thread, NULL, claim_run, comm)) {
-    atomic_store(&cl->state, 0);
-    cl->rc = MEP_ERR_SYSTEM;
-    cl->since = 0; /* settled at once below */
-  }
-}
-
-/* Engine: the claim finished, or the store took too long. */
-static void settle_claim(mep_comm_t *comm, uint64_t now) {
-  mep__ft_t *ft = comm->ft;
-  mep__ft_claim_t *cl = &ft->cl;
-  if (!cl->epoch) return;
-  int state = atomic_load(&cl->state);
-  int done = state == 2 || (state == 0 && cl->rc);
-  if (!done && now < cl->since + 2 * ft->probe_ms) return;
-  const uint8_t *set = cl->set;
-  uint64_t decided = cl->decided;
-  if (done && state == 2) claim_join(ft);
-  if (!done || cl->rc) {
-    mep__warn("epoch %llu: the store cannot arbitrate (%s); deciding alone",
-              (unsigned long long)cl->epoch,
-              done ? mep_strerror(cl->rc) : "no answer in time");
-    if (closed_on_me(comm, cl->mine) || !majority(comm, cl->mine))
-      memset(cl->mine, 0, (size_t)comm->max_size);
-    set = cl->mine;
-    decided = cl->mine_decided;
-  } else if (cl->lost) {
-    mep__info("epoch %llu was decided by another rank first",
-              (unsigned long long)cl->epoch);
-  }
-  uint64_t epoch = cl->epoch;
-  cl->epoch = 0;
-  adopt(comm, epoch, set, decided, "decided");
+  mep__ft_claim_start(comm, ft->epoch + 1, set, decided);
+  free(set);
 }
 
 static void run_agreement(mep_comm_t *comm, uint64_t now) {
@@ -527,7 +407,7 @@ static void run_agreement(mep_comm_t *comm, uint64_t now) {
     if (ft->suspect[p]) pending--;
   }
   if (!pending && !ft->cl.epoch) decide(comm);
-  if (ft->cl.epoch) settle_claim(comm, now);
+  if (ft->cl.epoch) mep__ft_claim_settle(comm, now);
 }
 
 /* ------------------------------------------------------------ the loop */

@@ -72,4 +72,15 @@ typedef struct mep__ft {
   int ndropped;
 } mep__ft_t;
 
+/* ft.c: makes `act` the active set at `epoch` (dropping the others). */
+void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
+                   uint64_t decided, const char *how);
+/* ft_claim.c: claims `epoch` for `set` in the store; settle adopts the
+ * outcome once known (or after two probe periods); join reaps the
+ * thread. */
+void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
+                         uint64_t decided);
+void mep__ft_claim_settle(mep_comm_t *comm, uint64_t now);
+void mep__ft_claim_join(mep__ft_t *ft);
+
 #endif
