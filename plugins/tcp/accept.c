@@ -7,6 +7,12 @@
  * not be the one connect() is waiting for (the socket is stashed in its
  * peer's slot and acked at once). Anything else is closed with a warning
  * naming the remote address and the reason, and nothing else changes.
+ * A good hello from a process this side does not want as that rank now
+ * (the rank was closed and connect() not called again, an earlier
+ * connection of it is still held, or connect() waits for another
+ * incarnation) gets a refusal instead of the ack, and the dialler retries
+ * until its deadline: so a replacement may dial before or after this side
+ * dropped the rank it replaces.
  * Runs under ctx->mu, called from connect() and from poll().
  */
 #include <errno.h>
@@ -61,12 +67,62 @@ static void accept_new(tcp_ctx_t *ctx) {
   }
 }
 
+/* ctx->mu held: the peer a good hello from h->from may join, or NULL with
+ * *nak set to why not now (or 0: out of memory). A hello that comes before
+ * connect() was called for its rank makes a stash that connect() checks
+ * later; once connect() named the incarnation, only that one gets in. */
+static tcp_peer_t *adoptable(tcp_ctx_t *ctx, const mep__tcp_hello_t *h,
+                             int *nak) {
+  int q = (int)h->from;
+  *nak = 0;
+  if (ctx->shut[q]) {
+    *nak = MEP_TCP_NAK_UNEXPECTED;
+    return NULL;
+  }
+  tcp_peer_t *p = ctx->peers[q];
+  if (!p) {
+    if (!(p = mep__tcp_peer_new(ctx, q))) return NULL;
+    p->inc = h->from_inc;
+    return p;
+  }
+  pthread_mutex_lock(&p->mu);
+  if (p->dead || (p->inc != h->from_inc && !p->inc_known) ||
+      (p->inc != h->from_inc && p->connected))
+    *nak = MEP_TCP_NAK_BUSY;
+  else if (p->inc != h->from_inc)
+    *nak = MEP_TCP_NAK_OTHER;
+  pthread_mutex_unlock(&p->mu);
+  return *nak ? NULL : p;
+}
+
+/* Answers a good hello that is not wanted now: the dialler may retry. */
+static void hs_refuse(tcp_ctx_t *ctx, tcp_hs_t *hs, const mep__tcp_hello_t *h,
+                      int reason) {
+  uint8_t nak[MEP_TCP_ACK_LEN];
+  mep__tcp_nak_encode(nak, (uint32_t)reason, (uint32_t)ctx->rank, h->index);
+  ssize_t n = send(hs->fd, nak, sizeof nak, MSG_NOSIGNAL | MSG_DONTWAIT);
+  char from[64];
+  mep__tcp_fmt_addr(&hs->from, from, sizeof from);
+  TCP_LOG(ctx, MEP_LOG_DEBUG,
+          "tcp: rank %d refused socket %u of rank %u (incarnation %#llx) "
+          "from %s for now%s: this side %s", ctx->rank, h->index, h->from,
+          (unsigned long long)h->from_inc, from,
+          n == (ssize_t)sizeof nak ? "" : " (the refusal could not be sent)",
+          mep__tcp_nak_text(reason));
+  close(hs->fd);
+  hs->fd = -1;
+}
+
 /* The hello is good: make the socket peer h->from's socket h->index. */
 static void hs_adopt(tcp_ctx_t *ctx, tcp_hs_t *hs, const mep__tcp_hello_t *h) {
   char why[160];
-  tcp_peer_t *p = mep__tcp_peer_get(ctx, (int)h->from);
+  int nak;
+  tcp_peer_t *p = adoptable(ctx, h, &nak);
   if (!p) {
-    hs_drop(ctx, hs, "out of memory");
+    if (nak)
+      hs_refuse(ctx, hs, h, nak);
+    else
+      hs_drop(ctx, hs, "out of memory");
     return;
   }
   uint8_t ack[MEP_TCP_ACK_LEN];
@@ -75,15 +131,13 @@ static void hs_adopt(tcp_ctx_t *ctx, tcp_hs_t *hs, const mep__tcp_hello_t *h) {
    * and its data may be read by poll() at once. 16 bytes always fit in a
    * fresh socket's buffer. */
   pthread_mutex_lock(&p->mu);
-  int dead = p->dead, taken = dead || p->socks[h->index].used;
+  int taken = p->socks[h->index].used;
   pthread_mutex_unlock(&p->mu);
   int rc = 0;
-  if (dead) {
-    snprintf(why, sizeof why, "rank %u already failed or was closed",
-             h->from);
-  } else if (taken) {
-    snprintf(why, sizeof why, "socket %u of rank %u is already connected "
-             "(a duplicate)", h->index, h->from);
+  if (taken) {
+    snprintf(why, sizeof why, "socket %u of rank %u (incarnation %#llx) is "
+             "already connected (a duplicate)", h->index, h->from,
+             (unsigned long long)h->from_inc);
   } else if (send(hs->fd, ack, sizeof ack, MSG_NOSIGNAL | MSG_DONTWAIT) !=
              (ssize_t)sizeof ack) {
     snprintf(why, sizeof why, "sending the ack to rank %u failed: %s",
@@ -112,6 +166,7 @@ static int hs_step(tcp_ctx_t *ctx, tcp_hs_t *hs, int64_t now) {
       .rank = (uint32_t)ctx->rank,
       .size = (uint32_t)ctx->size,
       .nsock = (uint32_t)ctx->cfg.nsock,
+      .incarnation = ctx->inc,
       .secret = ctx->env->secret,
       .secret_len = (uint32_t)ctx->env->secret_len,
   };

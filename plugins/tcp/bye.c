@@ -6,13 +6,19 @@
  * BYE on each socket before shutting them down, so the peer tells this
  * close from a crash and reports MEP_ERR_CLOSED, not MEP_ERR_PEER_FAILED
  * (recv.c). With anything still queued no BYE is sent: that data is lost,
- * and the peer must see a failure. close() runs after the core's progress
- * thread stopped, so nothing else drives the sockets: the BYEs are sent
+ * and the peer must see a failure. Nothing may drive the sockets while
+ * close() runs (at the end, the core's progress thread has stopped; when
+ * a rank is dropped, poll() waits on the peer's lock): the BYEs are sent
  * right here, and close() waits until the peer's kernel acknowledged them,
  * at most TCP_BYE_MS in all. That wait matters: a socket closed with
  * unread data (what the peer still sent us) is reset, and a reset throws
  * away what our kernel had not transmitted yet, the BYE included; what the
  * peer's kernel acknowledged stays readable there.
+ * Then close() releases the connection (fds, queues, buffers), whether the
+ * peer is alive, dead, frozen or cut off: the writes still queued complete
+ * with MEP_ERR_CLOSED first, and a report of the peer's failure that poll()
+ * has not handed out yet is dropped, so nothing about this connection can
+ * be taken for news of the rank's replacement.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -118,5 +124,17 @@ int mep__tcp_close(mep_tp_ep_t *ep) {
   }
   mep__tcp_peer_fail_locked(p, MEP_ERR_CLOSED, 0);
   pthread_mutex_unlock(&p->mu);
+  /* Waits for a poll() in progress to end, so that nothing it still reads
+   * is freed; the rank stays shut until connect() is called for it. */
+  pthread_mutex_lock(&ctx->poll_mu);
+  pthread_mutex_lock(&ctx->mu);
+  int first = ctx->peers[p->rank] == p;
+  if (first) {
+    ctx->shut[p->rank] = 1;
+    mep__tcp_peer_retire(p, 1);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  if (first) mep__tcp_cq_forget(ctx, p->rank);
+  pthread_mutex_unlock(&ctx->poll_mu);
   return 0;
 }

@@ -54,3 +54,19 @@ int mep__tcp_cq_pop(tcp_ctx_t *ctx, mep_tp_completion_t *out, int max) {
   pthread_mutex_unlock(&ctx->cq_mu);
   return n;
 }
+
+void mep__tcp_cq_forget(tcp_ctx_t *ctx, int rank) {
+  pthread_mutex_lock(&ctx->cq_mu);
+  size_t kept = 0;
+  for (size_t i = 0; i < ctx->cq_n; i++) {
+    mep_tp_completion_t c = ctx->cq[(ctx->cq_head + i) % ctx->cq_cap];
+    if (c.token == MEP_TP_TOKEN_NONE && c.peer == rank) continue;
+    ctx->cq[(ctx->cq_head + kept++) % ctx->cq_cap] = c;
+  }
+  ctx->cq_n = kept;
+  if (!ctx->cq_n && ctx->cq_armed) {
+    uint64_t v;
+    if (read(ctx->cqfd, &v, sizeof v) == (ssize_t)sizeof v) ctx->cq_armed = 0;
+  }
+  pthread_mutex_unlock(&ctx->cq_mu);
+}

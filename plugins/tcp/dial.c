@@ -3,9 +3,13 @@
  *
  * Each of the k sockets: a non-blocking connect from the configured
  * interface, retried with backoff while refused (the peer may not listen
- * yet), then the hello and the wait for the acceptor's ack. While waiting,
- * incoming connections keep being served (mep__tcp_wait), which is what
- * keeps set-up free of deadlocks (see connect() in plugin.c).
+ * yet), then the hello and the wait for the acceptor's ack. An acceptor
+ * that does not want this process as its rank yet (it has not dropped the
+ * process we replace, or not called connect() for us) answers with a
+ * refusal: the socket is dialled again, with a short backoff, until the
+ * deadline. While waiting, incoming connections keep being served
+ * (mep__tcp_wait), which is what keeps set-up free of deadlocks (see
+ * connect() in plugin.c).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,8 +25,10 @@ typedef struct dial {
   tcp_ctx_t *ctx;
   tcp_peer_t *p;
   struct sockaddr_in to;
+  uint64_t to_inc;
   char where[64];
   int64_t deadline;
+  int refusals, last_refusal;
 } dial_t;
 
 static int is_transient(int e) {
@@ -105,8 +111,9 @@ static int xfer(dial_t *d, int fd, uint8_t *buf, size_t len, int out,
       return TCP_ERR(d->ctx, MEP_ERR_AUTH,
                      "tcp: connect to rank %d at %s: the peer closed the "
                      "connection instead of acknowledging our hello (it "
-                     "refused it: wrong secret, rank or sockets_per_peer, or "
-                     "a duplicate; its log names the reason)",
+                     "refused it: wrong secret, rank or sockets_per_peer, a "
+                     "stale address blob, or a duplicate; its log names the "
+                     "reason)",
                      d->p->rank, d->where);
     if (mep__tcp_wait(d->ctx, fd, out ? POLLOUT : POLLIN, d->deadline) < 0)
       return TCP_ERR(d->ctx, MEP_ERR_TIMEOUT,
@@ -117,6 +124,8 @@ static int xfer(dial_t *d, int fd, uint8_t *buf, size_t len, int out,
   return 0;
 }
 
+/* The hello and its answer: 0 (acked), 1 (refused for now: the reason is
+ * in d->last_refusal) or a negative code. */
 static int handshake(dial_t *d, int fd, uint32_t index) {
   tcp_ctx_t *ctx = d->ctx;
   uint8_t hello[MEP_TCP_HELLO_LEN + MEP_TCP_MAX_SECRET];
@@ -126,6 +135,8 @@ static int handshake(dial_t *d, int fd, uint32_t index) {
       .to = (uint32_t)d->p->rank,
       .index = index,
       .secret_len = (uint32_t)ctx->env->secret_len,
+      .from_inc = ctx->inc,
+      .to_inc = d->to_inc,
       .secret = ctx->env->secret,
   };
   size_t n = mep__tcp_hello_encode(hello, sizeof hello, &h);
@@ -133,11 +144,35 @@ static int handshake(dial_t *d, int fd, uint32_t index) {
   uint8_t ack[MEP_TCP_ACK_LEN];
   if (!rc) rc = xfer(d, fd, ack, sizeof ack, 0, "waiting for the ack");
   char why[160];
-  if (!rc && mep__tcp_ack_check(ack, sizeof ack, h.nsock, h.to, index, why,
-                                sizeof why))
+  int refused = 0;
+  if (!rc && mep__tcp_ack_check(ack, sizeof ack, h.nsock, h.to, index,
+                                &refused, why, sizeof why))
     rc = TCP_ERR(ctx, MEP_ERR_PROTOCOL, "tcp: connect to rank %d at %s: %s",
                  d->p->rank, d->where, why);
+  if (!rc && refused) {
+    d->refusals++;
+    d->last_refusal = refused;
+    return 1;
+  }
   return rc;
+}
+
+/* Waits out the backoff after the n-th refusal, serving incoming
+ * connections meanwhile; MEP_ERR_TIMEOUT when the deadline comes first. */
+static int after_refusal(dial_t *d, int n) {
+  int64_t backoff = TCP_NAK_BACKOFF_MS;
+  for (int i = 1; i < n && backoff < TCP_NAK_BACKOFF_MAX_MS; i++)
+    backoff *= 2;
+  if (backoff > TCP_NAK_BACKOFF_MAX_MS) backoff = TCP_NAK_BACKOFF_MAX_MS;
+  int64_t until = mep__tcp_now_ms() + backoff;
+  if (until >= d->deadline)
+    return TCP_ERR(d->ctx, MEP_ERR_TIMEOUT,
+                   "tcp: connect to rank %d at %s: it refused this process "
+                   "as rank %d %d times within %d ms: it %s",
+                   d->p->rank, d->where, d->ctx->rank, d->refusals,
+                   d->ctx->timeout_ms, mep__tcp_nak_text(d->last_refusal));
+  while (mep__tcp_now_ms() < until) mep__tcp_wait(d->ctx, -1, 0, until);
+  return 0;
 }
 
 int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
@@ -146,11 +181,18 @@ int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
   d.to.sin_family = AF_INET;
   memcpy(&d.to.sin_addr, a->ip, 4);
   d.to.sin_port = htons(a->port);
+  d.to_inc = a->incarnation;
   mep__tcp_fmt_addr(&d.to, d.where, sizeof d.where);
-  for (int i = 0; i < ctx->cfg.nsock; i++) {
+  for (int i = 0, refused = 0; i < ctx->cfg.nsock; i++) {
     int fd = -1;
     int rc = connect_retrying(&d, &fd);
     if (!rc) rc = handshake(&d, fd, (uint32_t)i);
+    if (rc == 1) { /* refused for now: this socket again, after a while */
+      close(fd);
+      if ((rc = after_refusal(&d, ++refused))) return rc;
+      i--;
+      continue;
+    }
     if (!rc && (rc = mep__tcp_peer_install(p, (uint32_t)i, fd, 1)))
       ctx->env->set_error("tcp: connect to rank %d at %s: socket %d could "
                           "not be set up (the peer failed meanwhile, or "

@@ -7,9 +7,9 @@
 
 #include "tcp.h"
 
-tcp_peer_t *mep__tcp_peer_get(tcp_ctx_t *ctx, int rank) {
-  if (rank < 0 || rank >= ctx->size || rank == ctx->rank) return NULL;
-  if (ctx->peers[rank]) return ctx->peers[rank];
+tcp_peer_t *mep__tcp_peer_new(tcp_ctx_t *ctx, int rank) {
+  if (rank < 0 || rank >= ctx->size || rank == ctx->rank || ctx->peers[rank])
+    return NULL;
   size_t k = (size_t)ctx->cfg.nsock;
   tcp_peer_t *p = calloc(1, sizeof *p + k * sizeof p->socks[0]);
   if (!p) return NULL;
@@ -82,7 +82,8 @@ void mep__tcp_peer_fail(tcp_peer_t *p, int status, int report) {
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Poll thread: closes the fds that failing peers only shut down. */
+/* Poll thread (poll_mu held): closes the fds that failing peers only
+ * shut down. */
 void mep__tcp_reap(tcp_ctx_t *ctx) {
   if (!__atomic_exchange_n(&ctx->reap, 0, __ATOMIC_ACQ_REL)) return;
   pthread_mutex_lock(&ctx->mu);
@@ -102,7 +103,64 @@ void mep__tcp_reap(tcp_ctx_t *ctx) {
   pthread_mutex_unlock(&ctx->mu);
 }
 
-/* fini: nothing else runs any more. */
+/* lazy_mu held: takes p off the list of peers with deferred writes. */
+static void lazy_unlink(tcp_ctx_t *ctx, tcp_peer_t *p) {
+  for (tcp_peer_t **pp = &ctx->lazy_head; *pp; pp = &(*pp)->lazy_next)
+    if (*pp == p) {
+      __atomic_store_n(pp, p->lazy_next, __ATOMIC_RELEASE);
+      break;
+    }
+  p->lazy_next = NULL;
+  p->lazy_listed = 0;
+}
+
+/* poll_mu held (or fini): what a dead peer still holds but its struct and
+ * the regions imported through it. */
+static void release(tcp_peer_t *p) {
+  tcp_ctx_t *ctx = p->ctx;
+  pthread_mutex_lock(&p->mu);
+  for (int i = 0; i < ctx->cfg.nsock; i++) {
+    tcp_sock_t *s = &p->socks[i];
+    if (s->fd >= 0) close(s->fd);
+    s->fd = -1;
+    free(s->rb);
+    s->rb = NULL;
+    s->rb_off = s->rb_len = 0;
+  }
+  p->fds_open = 0;
+  mep__tcp_drop_queues(p, MEP_ERR_CLOSED, 0);
+  free(p->psig);
+  p->psig = NULL;
+  p->psig_head = p->psig_n = p->psig_cap = 0;
+  if (p->lazy_listed) {
+    pthread_mutex_lock(&ctx->lazy_mu);
+    lazy_unlink(ctx, p);
+    pthread_mutex_unlock(&ctx->lazy_mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void mep__tcp_tomb_free(tcp_ctx_t *ctx, int rank) {
+  tcp_peer_t *t = ctx->tombs[rank];
+  ctx->tombs[rank] = NULL;
+  if (t) mep__tcp_peer_free(t);
+}
+
+void mep__tcp_peer_retire(tcp_peer_t *p, int tomb) {
+  tcp_ctx_t *ctx = p->ctx;
+  if (ctx->peers[p->rank] == p) ctx->peers[p->rank] = NULL;
+  release(p);
+  if (!tomb) {
+    mep__tcp_peer_free(p);
+    return;
+  }
+  if (ctx->tombs[p->rank] != p) {
+    mep__tcp_tomb_free(ctx, p->rank);
+    ctx->tombs[p->rank] = p;
+  }
+}
+
+/* fini, or a retired peer under poll_mu: nobody else uses p. */
 void mep__tcp_peer_free(tcp_peer_t *p) {
   tcp_ctx_t *ctx = p->ctx;
   for (int i = 0; i < ctx->cfg.nsock; i++) {

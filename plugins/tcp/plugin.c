@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tcp.h"
@@ -38,18 +40,38 @@ static int ctx_open(tcp_ctx_t *ctx) {
   return 0;
 }
 
+/* Random, so that a replacement of a rank (same rank, same secret) is told
+ * from the process it replaces; never 0. */
+static uint64_t new_incarnation(const tcp_ctx_t *ctx) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)ctx;
+    v ^= v >> 31;
+    v *= 0x9e3779b97f4a7c15ull;
+  }
+  return v ? v : 1;
+}
+
 static int tcp_fini(mep_tp_ctx_t *ctxp) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
   mep__tcp_hs_free_all(ctx);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
     if (ctx->peers[r]) mep__tcp_peer_free(ctx->peers[r]);
+  for (int r = 0; ctx->tombs && r < ctx->size; r++)
+    if (ctx->tombs[r]) mep__tcp_peer_free(ctx->tombs[r]);
   free(ctx->peers);
+  free(ctx->tombs);
+  free(ctx->shut);
   mep__tcp_regions_free(ctx);
   if (ctx->lfd >= 0) close(ctx->lfd);
   if (ctx->epfd >= 0) close(ctx->epfd);
   if (ctx->cqfd >= 0) close(ctx->cqfd);
   free(ctx->cq);
+  pthread_mutex_destroy(&ctx->poll_mu);
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->rx_mu);
   pthread_mutex_destroy(&ctx->cq_mu);
@@ -86,12 +108,17 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->hssrc.kind = TCP_SRC_HANDSHAKE;
   ctx->cqsrc.kind = TCP_SRC_CQ;
   ctx->hs_next_deadline = INT64_MAX;
+  ctx->inc = new_incarnation(ctx);
+  pthread_mutex_init(&ctx->poll_mu, NULL);
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->rx_mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
   pthread_mutex_init(&ctx->lazy_mu, NULL);
   int rc = mep__tcp_cfg_read(env, &ctx->cfg);
-  if (!rc && !(ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers)))
+  size_t n = (size_t)env->size;
+  if (!rc && (!(ctx->peers = calloc(n, sizeof *ctx->peers)) ||
+              !(ctx->tombs = calloc(n, sizeof *ctx->tombs)) ||
+              !(ctx->shut = calloc(n, sizeof *ctx->shut))))
     rc = TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: init: out of memory for %d peers",
                  env->size);
   if (!rc) rc = ctx_open(ctx);
@@ -131,7 +158,8 @@ static int tcp_address(mep_tp_ctx_t *ctxp, void *buf, size_t *len) {
     return TCP_ERR(ctx, MEP_ERR_INVALID,
                    "tcp: address: the buffer has %zu bytes, the address "
                    "needs %d", *len, MEP_TCP_ADDR_LEN);
-  mep__tcp_addr_t a = {.port = ntohs(ctx->addr.sin_port)};
+  mep__tcp_addr_t a = {.port = ntohs(ctx->addr.sin_port),
+                       .incarnation = ctx->inc};
   memcpy(a.ip, &ctx->addr.sin_addr, 4);
   mep__tcp_addr_encode(buf, &a);
   *len = MEP_TCP_ADDR_LEN;
@@ -170,6 +198,69 @@ static int await_dialler(tcp_ctx_t *ctx, tcp_peer_t *p, int64_t deadline) {
   }
 }
 
+/* poll_mu and ctx->mu held. The peer object connect() to `rank` at
+ * incarnation `inc` works on (*out), or an error; 1 when that connection
+ * is already up (*out is its ep). A stash of accepted sockets from another
+ * incarnation, or one that failed, is dropped; the tombstone of an earlier
+ * ep of the rank is freed (the core never uses a closed ep again). */
+static int claim(tcp_ctx_t *ctx, int rank, uint64_t inc, const char *where,
+                 tcp_peer_t **out) {
+  tcp_peer_t *p = ctx->peers[rank];
+  if (p) {
+    pthread_mutex_lock(&p->mu);
+    int busy = p->connecting, held = p->connected, dead = p->dead;
+    uint64_t pinc = p->inc;
+    pthread_mutex_unlock(&p->mu);
+    if (busy)
+      return TCP_ERR(ctx, MEP_ERR_INVALID,
+                     "tcp: connect to rank %d at %s: another connect to "
+                     "that rank is in progress", rank, where);
+    if (held && !dead && pinc == inc) return *out = p, 1;
+    if (held)
+      return TCP_ERR(ctx, dead ? MEP_ERR_PEER_FAILED : MEP_ERR_INVALID,
+                     "tcp: connect to rank %d at %s: the endpoint of its "
+                     "earlier connection %s; close it first", rank, where,
+                     dead ? "failed and is not closed yet"
+                          : "(another process) is still open");
+    if (dead || pinc != inc) {
+      TCP_LOG(ctx, MEP_LOG_DEBUG, "tcp: rank %d drops the connections rank "
+              "%d's incarnation %#llx made before connect(): %s", ctx->rank,
+              rank, (unsigned long long)pinc,
+              dead ? "they failed" : "connect() names another incarnation");
+      mep__tcp_peer_fail(p, MEP_ERR_PEER_FAILED, 0);
+      mep__tcp_peer_retire(p, 0);
+      mep__tcp_cq_forget(ctx, rank); /* its failure is not the new one's */
+      p = NULL;
+    }
+  }
+  mep__tcp_tomb_free(ctx, rank);
+  if (!p && !(p = mep__tcp_peer_new(ctx, rank)))
+    return TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: connect: out of memory");
+  pthread_mutex_lock(&p->mu);
+  p->inc = inc;
+  p->inc_known = 1;
+  p->connecting = 1;
+  pthread_mutex_unlock(&p->mu);
+  ctx->shut[rank] = 0;
+  *out = p;
+  return 0;
+}
+
+/* A connect() that failed leaves nothing behind: the peer's sockets are
+ * closed, no completion names it (connect's answer says it all), and the
+ * rank is shut until the next connect() for it. */
+static void unclaim(tcp_ctx_t *ctx, tcp_peer_t *p) {
+  int rank = p->rank;
+  mep__tcp_peer_fail(p, MEP_ERR_PEER_FAILED, 0);
+  pthread_mutex_lock(&ctx->poll_mu);
+  pthread_mutex_lock(&ctx->mu);
+  ctx->shut[rank] = 1;
+  mep__tcp_peer_retire(p, 0);
+  pthread_mutex_unlock(&ctx->mu);
+  mep__tcp_cq_forget(ctx, rank);
+  pthread_mutex_unlock(&ctx->poll_mu);
+}
+
 /*
  * The lower rank dials, the higher rank accepts. This cannot deadlock:
  * whoever is inside connect() (dialling or waiting) keeps accepting and
@@ -181,6 +272,10 @@ static int await_dialler(tcp_ctx_t *ctx, tcp_peer_t *p, int64_t deadline) {
  * waits on nobody as an acceptor; by induction on the rank, every lower
  * rank eventually dials, and no wait depends on a cycle. Calling connect
  * in increasing peer order is not even required for this.
+ * Recovery: connect() to a rank whose ep was closed connects to the
+ * process the blob names, a replacement. Its dial may come before this
+ * side dropped the old connection or called connect(): it is refused for
+ * now and retried (accept.c, dial.c), so either side may be first.
  */
 static int tcp_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
                        size_t len, mep_tp_ep_t **ep) {
@@ -195,29 +290,28 @@ static int tcp_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   if (mep__tcp_addr_decode(blob, len, &a, why, sizeof why))
     return TCP_ERR(ctx, MEP_ERR_PROTOCOL, "tcp: connect to rank %d: %s",
                    peer, why);
+  struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(a.port)};
+  memcpy(&to.sin_addr, a.ip, 4);
+  char where[64];
+  mep__tcp_fmt_addr(&to, where, sizeof where);
+  tcp_peer_t *p = NULL;
+  pthread_mutex_lock(&ctx->poll_mu);
   pthread_mutex_lock(&ctx->mu);
-  tcp_peer_t *p = mep__tcp_peer_get(ctx, peer);
+  int rc = claim(ctx, peer, a.incarnation, where, &p);
   pthread_mutex_unlock(&ctx->mu);
-  if (!p) return TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: connect: out of memory");
-  pthread_mutex_lock(&p->mu);
-  int done = p->connected && !p->dead, dead = p->dead;
-  pthread_mutex_unlock(&p->mu);
-  if (done) return *ep = p, 0;
-  if (dead)
-    return TCP_ERR(ctx, MEP_ERR_PEER_FAILED,
-                   "tcp: connect to rank %d: it already failed or was closed "
-                   "in this context", peer);
+  pthread_mutex_unlock(&ctx->poll_mu);
+  if (rc < 0) return rc;
+  if (rc > 0) return *ep = p, 0;
   int64_t deadline = mep__tcp_now_ms() + ctx->timeout_ms;
-  int rc = ctx->rank < peer ? mep__tcp_dial(ctx, p, &a, deadline)
-                            : await_dialler(ctx, p, deadline);
+  rc = ctx->rank < peer ? mep__tcp_dial(ctx, p, &a, deadline)
+                        : await_dialler(ctx, p, deadline);
   if (rc) {
-    /* half a connection is no connection: the peer's sockets are closed
-     * and it reports failure, but no completion names it */
-    mep__tcp_peer_fail(p, MEP_ERR_PEER_FAILED, 0);
+    unclaim(ctx, p);
     return rc;
   }
   pthread_mutex_lock(&p->mu);
   p->connected = 1;
+  p->connecting = 0;
   pthread_mutex_unlock(&p->mu);
   *ep = p;
   return 0;
@@ -244,6 +338,7 @@ static void dispatch(tcp_ctx_t *ctx, const struct epoll_event *ev) {
 static int tcp_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx || max < 0 || (max > 0 && !out)) return MEP_ERR_INVALID;
+  pthread_mutex_lock(&ctx->poll_mu);
   mep__tcp_reap(ctx);
   mep__tcp_flush_lazy(ctx);
   struct epoll_event evs[64];
@@ -256,6 +351,7 @@ static int tcp_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
           __atomic_load_n(&ctx->hs_next_deadline, __ATOMIC_RELAXED))
     mep__tcp_accept_pump(ctx);
   mep__tcp_reap(ctx);
+  pthread_mutex_unlock(&ctx->poll_mu);
   return max > 0 ? mep__tcp_cq_pop(ctx, out, max) : 0;
 }
 
@@ -265,7 +361,7 @@ __attribute__((visibility("default"))) const mep_transport_t
         .abi_minor = MEP_TRANSPORT_ABI_MINOR,
         .struct_size = sizeof(mep_transport_t),
         .name = "tcp",
-        .version = "1.0",
+        .version = "1.1",
         .init = tcp_init,
         .props = tcp_props,
         .address = tcp_address,

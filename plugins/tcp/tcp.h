@@ -4,7 +4,11 @@
  * Threads and locks. poll() runs on one thread (the "poll thread"); every
  * other entry point may run on any thread at the same time. Locks, always
  * taken in this order and never held across a blocking call:
- *   ctx->mu     the peers table and the pending handshakes
+ *   ctx->poll_mu held by poll() throughout, and by whoever frees a peer's
+ *               fds or memory (close, connect, see "Lifetime" below), so
+ *               nothing is freed under the poll thread's feet
+ *   ctx->mu     the peers table, the tombstones, the shut flags and the
+ *               pending handshakes
  *   peer->mu    a peer's state, its sockets' fds and send queues
  *   ctx->cq_mu  the completion queue (a leaf)
  *   ctx->lazy_mu the list of peers with deferred small writes (a leaf)
@@ -16,8 +20,20 @@
  * queued behind it meanwhile.
  * A socket's receive state and a peer's pending signals belong to the poll
  * thread alone. File descriptors of a dead peer are shut down by whoever
- * finds it dead but closed only by the poll thread (or fini), so the poll
- * thread never reads from a number that was closed and reused meanwhile.
+ * finds it dead but closed only under poll_mu (by the poll thread, close()
+ * or connect()) or by fini, so the poll thread never reads from a number
+ * that was closed and reused meanwhile.
+ *
+ * Lifetime of a peer (ABI 1.1: ranks are dropped and replaced). A peer
+ * object is made by connect(), or by an accepted hello that comes before
+ * connect() (a "stash", adopted by connect() only if it comes from the
+ * incarnation the address blob names). close() releases everything the
+ * connection holds (fds, queues, buffers) and leaves a small tombstone in
+ * ctx->tombs[rank], so that a second close() of the same ep stays harmless;
+ * the tombstone is freed when connect() is called for that rank again (the
+ * core never uses an ep after close) or at fini, so nothing grows over
+ * cycles. After close() the rank is "shut": a hello claiming it is refused
+ * (MEP_TCP_NAK_UNEXPECTED) until connect() is called for it again.
  *
  * Orderly close (bye.c). close() sends a BYE on every socket when nothing
  * is left to send; a receiver that got the BYE of every socket, and could
@@ -61,6 +77,10 @@
 #define TCP_BYE_MS 200
 /* Accepted connections that have not finished their hello. */
 #define TCP_MAX_HANDSHAKES 256
+/* A dialler whose hello was refused for now tries again after a backoff
+ * that doubles from the first to the last value, until its deadline. */
+#define TCP_NAK_BACKOFF_MS 5
+#define TCP_NAK_BACKOFF_MAX_MS 100
 
 typedef struct tcp_cfg {
   char ifname[64];
@@ -140,8 +160,13 @@ typedef struct tcp_peer {
   struct tcp_ctx *ctx;
   int rank;
   pthread_mutex_t mu;
+  /* The process at the other end: from the blob given to connect()
+   * (inc_known), or from the first stashed hello. */
+  uint64_t inc;
+  int inc_known;
+  int connecting; /* inside connect() */
   int nup;        /* sockets connected */
-  int connected;  /* connect() succeeded */
+  int connected;  /* connect() succeeded: the core holds this ep */
   int dead;       /* failed or closed: sockets shut down */
   int dead_status; /* MEP_ERR_PEER_FAILED, _PROTOCOL, _BOUNDS or _CLOSED */
   int fds_open;    /* dead with fds the poll thread has yet to close */
@@ -184,8 +209,13 @@ typedef struct tcp_ctx {
   tcp_src_t lsrc, hssrc, cqsrc;
   struct sockaddr_in addr; /* where lfd listens */
 
+  uint64_t inc; /* this context's incarnation, in its address blob */
+
+  pthread_mutex_t poll_mu;
   pthread_mutex_t mu;
   tcp_peer_t **peers; /* size entries, created on first use */
+  tcp_peer_t **tombs; /* size entries: the last closed ep of each rank */
+  uint8_t *shut;      /* size entries: closed, no connect() since */
   tcp_hs_t *hs;
   int nhs;                    /* atomic reads outside mu */
   int64_t hs_next_deadline;   /* atomic reads outside mu */
@@ -220,13 +250,24 @@ int mep__tcp_wait(tcp_ctx_t *ctx, int fd, short events, int64_t deadline);
 /* cq.c */
 void mep__tcp_cq_push(tcp_ctx_t *ctx, uint64_t token, int status, int peer);
 int mep__tcp_cq_pop(tcp_ctx_t *ctx, mep_tp_completion_t *out, int max);
+/* Drops the queued peer reports ({MEP_TP_TOKEN_NONE, status, rank}) of
+ * `rank`: its connection was closed, they must not name a successor. */
+void mep__tcp_cq_forget(tcp_ctx_t *ctx, int rank);
 
 /* peer.c */
-tcp_peer_t *mep__tcp_peer_get(tcp_ctx_t *ctx, int rank); /* ctx->mu held */
+/* ctx->mu held: a new peer object in slot `rank` (which must be empty),
+ * or NULL when out of memory. */
+tcp_peer_t *mep__tcp_peer_new(tcp_ctx_t *ctx, int rank);
 int mep__tcp_peer_install(tcp_peer_t *p, uint32_t index, int fd, int add);
 void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report);
 void mep__tcp_peer_fail(tcp_peer_t *p, int status, int report);
 void mep__tcp_reap(tcp_ctx_t *ctx);
+/* poll_mu and ctx->mu held, p dead: takes p out of its slot and releases
+ * its fds, queues and buffers; then keeps it as the rank's tombstone
+ * (tomb: an ep the core holds) or frees it. */
+void mep__tcp_peer_retire(tcp_peer_t *p, int tomb);
+/* poll_mu and ctx->mu held: frees rank's tombstone, if any. */
+void mep__tcp_tomb_free(tcp_ctx_t *ctx, int rank);
 void mep__tcp_peer_free(tcp_peer_t *p);
 
 /* accept.c */

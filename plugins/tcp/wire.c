@@ -31,6 +31,7 @@ void mep__tcp_addr_encode(uint8_t out[MEP_TCP_ADDR_LEN],
   mep__tcp_put16(out + 6, 2);
   memcpy(out + 8, a->ip, 4);
   mep__tcp_put16(out + 12, a->port);
+  mep__tcp_put64(out + 16, a->incarnation);
 }
 
 int mep__tcp_addr_decode(const void *blob, size_t len, mep__tcp_addr_t *a,
@@ -52,8 +53,12 @@ int mep__tcp_addr_decode(const void *blob, size_t len, mep__tcp_addr_t *a,
                 "address blob is not an IPv4 address");
   memcpy(a->ip, p + 8, 4);
   a->port = mep__tcp_get16(p + 12);
+  a->incarnation = mep__tcp_get64(p + 16);
   if (a->port == 0)
     return fail(MEP_ERR_PROTOCOL, why, why_len, "address blob has port 0");
+  if (a->incarnation == 0)
+    return fail(MEP_ERR_PROTOCOL, why, why_len,
+                "address blob has incarnation 0");
   return 0;
 }
 
@@ -103,6 +108,8 @@ size_t mep__tcp_hello_encode(uint8_t *out, size_t cap,
   mep__tcp_put32(out + 12, h->to);
   mep__tcp_put32(out + 16, h->index);
   mep__tcp_put32(out + 20, h->secret_len);
+  mep__tcp_put64(out + 24, h->from_inc);
+  mep__tcp_put64(out + 32, h->to_inc);
   if (h->secret_len) memcpy(out + MEP_TCP_HELLO_LEN, h->secret, h->secret_len);
   return n;
 }
@@ -134,6 +141,8 @@ int mep__tcp_hello_check(const uint8_t *buf, size_t len,
       .to = mep__tcp_get32(buf + 12),
       .index = mep__tcp_get32(buf + 16),
       .secret_len = mep__tcp_get32(buf + 20),
+      .from_inc = mep__tcp_get64(buf + 24),
+      .to_inc = mep__tcp_get64(buf + 32),
   };
   if (version != MEP_TCP_VERSION)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
@@ -160,6 +169,15 @@ int mep__tcp_hello_check(const uint8_t *buf, size_t len,
   if (h.index >= h.nsock)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
                 "socket index %" PRIu32 " of %" PRIu32, h.index, h.nsock);
+  if (h.from_inc == 0)
+    return fail(MEP_ERR_PROTOCOL, why, why_len,
+                "rank %" PRIu32 " claims incarnation 0", h.from);
+  if (h.to_inc != exp->incarnation)
+    return fail(MEP_ERR_PROTOCOL, why, why_len,
+                "hello for incarnation %#" PRIx64 " of rank %" PRIu32
+                ", this is incarnation %#" PRIx64
+                " (the dialler has a stale address blob)",
+                h.to_inc, exp->rank, exp->incarnation);
   if (h.secret_len != exp->secret_len)
     return fail(MEP_ERR_AUTH, why, why_len,
                 "wrong secret (%" PRIu32 " bytes, expected %" PRIu32 ")",
@@ -185,23 +203,62 @@ void mep__tcp_ack_encode(uint8_t out[MEP_TCP_ACK_LEN], uint32_t nsock,
   mep__tcp_put32(out + 12, index);
 }
 
+void mep__tcp_nak_encode(uint8_t out[MEP_TCP_ACK_LEN], uint32_t reason,
+                         uint32_t rank, uint32_t index) {
+  mep__tcp_put32(out, MEP_TCP_MAGIC_NAK);
+  mep__tcp_put16(out + 4, MEP_TCP_VERSION);
+  mep__tcp_put16(out + 6, (uint16_t)reason);
+  mep__tcp_put32(out + 8, rank);
+  mep__tcp_put32(out + 12, index);
+}
+
+const char *mep__tcp_nak_text(int reason) {
+  switch (reason) {
+  case MEP_TCP_NAK_UNEXPECTED:
+    return "closed its endpoint of that rank and has not called connect() "
+           "for it since";
+  case MEP_TCP_NAK_BUSY:
+    return "still holds a connection of another process as that rank (it "
+           "has not dropped and closed it yet)";
+  case MEP_TCP_NAK_OTHER:
+    return "waits in connect() for another process as that rank (the "
+           "address blob it was given names another incarnation)";
+  default:
+    return "refused for an unknown reason";
+  }
+}
+
 int mep__tcp_ack_check(const uint8_t *buf, size_t len, uint32_t nsock,
-                       uint32_t rank, uint32_t index, char *why,
-                       size_t why_len) {
+                       uint32_t rank, uint32_t index, int *refused,
+                       char *why, size_t why_len) {
   if (len != MEP_TCP_ACK_LEN)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
                 "ack of %zu bytes, expected %d", len, MEP_TCP_ACK_LEN);
-  if (mep__tcp_get32(buf) != MEP_TCP_MAGIC_ACK ||
+  uint32_t magic = mep__tcp_get32(buf);
+  if ((magic != MEP_TCP_MAGIC_ACK && magic != MEP_TCP_MAGIC_NAK) ||
       mep__tcp_get16(buf + 4) != MEP_TCP_VERSION)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
                 "not a mep tcp ack (bad magic or version)");
-  if (mep__tcp_get16(buf + 6) != nsock || mep__tcp_get32(buf + 8) != rank ||
-      mep__tcp_get32(buf + 12) != index)
+  uint32_t field = mep__tcp_get16(buf + 6);
+  if (mep__tcp_get32(buf + 8) != rank || mep__tcp_get32(buf + 12) != index)
     return fail(MEP_ERR_PROTOCOL, why, why_len,
-                "ack from rank %" PRIu32 " for socket %" PRIu32 " of %u, "
-                "expected rank %" PRIu32 " socket %" PRIu32 " of %" PRIu32,
-                mep__tcp_get32(buf + 8), mep__tcp_get32(buf + 12),
-                mep__tcp_get16(buf + 6), rank, index, nsock);
+                "%s from rank %" PRIu32 " for socket %" PRIu32
+                ", expected rank %" PRIu32 " socket %" PRIu32,
+                magic == MEP_TCP_MAGIC_ACK ? "ack" : "refusal",
+                mep__tcp_get32(buf + 8), mep__tcp_get32(buf + 12), rank,
+                index);
+  if (magic == MEP_TCP_MAGIC_NAK) {
+    if (field < MEP_TCP_NAK_UNEXPECTED || field > MEP_TCP_NAK_OTHER)
+      return fail(MEP_ERR_PROTOCOL, why, why_len,
+                  "refusal with unknown reason %" PRIu32, field);
+    if (refused) *refused = (int)field;
+    return 0;
+  }
+  if (field != nsock)
+    return fail(MEP_ERR_PROTOCOL, why, why_len,
+                "ack for %" PRIu32 " sockets per peer, expected %" PRIu32,
+                field, nsock);
+  if (refused) *refused = 0;
   return 0;
 }
 

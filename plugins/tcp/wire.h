@@ -8,16 +8,30 @@
  * no memory but their arguments, so they can be unit-tested and fuzzed.
  *
  * Blobs exchanged through the store:
- *   address (16 B): u32 magic "MEPA", u16 version, u16 family (2 = IPv4),
- *                   u8 ipv4[4] (network order), u16 port, u16 zero
+ *   address (24 B): u32 magic "MEPA", u16 version, u16 family (2 = IPv4),
+ *                   u8 ipv4[4] (network order), u16 port, u16 zero,
+ *                   u64 incarnation (random per context, never 0)
  *   rkey    (24 B): u32 magic "MEPR", u16 version, u16 zero, u32 owner rank,
  *                   u32 region id (never 0), u64 region length
  * Connection set-up, dialler (the lower rank) to acceptor:
- *   hello (24 B + secret): u32 magic "MEPH", u16 version, u16 sockets per
+ *   hello (40 B + secret): u32 magic "MEPH", u16 version, u16 sockets per
  *                   peer, u32 from rank, u32 to rank, u32 socket index,
- *                   u32 secret length, then the secret
+ *                   u32 secret length, u64 the dialler's incarnation, u64
+ *                   the acceptor's incarnation (from its address blob),
+ *                   then the secret
  *   ack   (16 B):   u32 magic "MEPK", u16 version, u16 sockets per peer,
  *                   u32 acceptor's rank, u32 socket index
+ *   refusal (16 B): u32 magic "MEPN", u16 version, u16 reason
+ *                   (MEP_TCP_NAK_*), u32 acceptor's rank, u32 socket index;
+ *                   sent, instead of the ack, to a dialler whose hello is
+ *                   good but who is not wanted as that rank now; it may
+ *                   try again until its deadline. A hello that is not good
+ *                   (secret, ranks, format) gets no answer: the acceptor
+ *                   closes the connection.
+ * The incarnation tells processes of one rank apart: a replacement of a
+ * rank that failed has the same rank and secret but a new incarnation, and
+ * a connection is adopted only from the incarnation whose address blob the
+ * acceptor's connect() was given (recovery, ABI 1.1).
  * Messages on an established socket, each a 32-byte header:
  *   u8 type, u8 op, u16 count, u32 region id, u64 offset,
  *   u64 length (WRITE) or value (SIGNAL), u64 sequence number
@@ -38,24 +52,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MEP_TCP_VERSION 1
+#define MEP_TCP_VERSION 2
 #define MEP_TCP_MAGIC_ADDR 0x4150454du  /* "MEPA" as little-endian bytes */
 #define MEP_TCP_MAGIC_RKEY 0x5250454du  /* "MEPR" */
 #define MEP_TCP_MAGIC_HELLO 0x4850454du /* "MEPH" */
 #define MEP_TCP_MAGIC_ACK 0x4b50454du   /* "MEPK" */
+#define MEP_TCP_MAGIC_NAK 0x4e50454du   /* "MEPN" */
 
 #define MEP_TCP_MAX_SOCKS 16
 #define MEP_TCP_MAX_SECRET 256
 
-#define MEP_TCP_ADDR_LEN 16
+#define MEP_TCP_ADDR_LEN 24
 #define MEP_TCP_RKEY_LEN 24
-#define MEP_TCP_HELLO_LEN 24 /* without the secret */
-#define MEP_TCP_ACK_LEN 16
+#define MEP_TCP_HELLO_LEN 40 /* without the secret */
+#define MEP_TCP_ACK_LEN 16   /* an ack or a refusal */
 #define MEP_TCP_HDR_LEN 32
 #define MEP_TCP_MAX_TRAILER (8 * MEP_TCP_MAX_SOCKS)
 
 enum { MEP_TCP_MSG_WRITE = 1, MEP_TCP_MSG_SIGNAL = 2, MEP_TCP_MSG_BYE = 3 };
 enum { MEP_TCP_OP_SET = 0, MEP_TCP_OP_ADD = 1 };
+/* Why an acceptor refuses a good hello for now. */
+enum {
+  MEP_TCP_NAK_UNEXPECTED = 1, /* it closed its endpoint of that rank and
+                                 has not called connect() for it again */
+  MEP_TCP_NAK_BUSY = 2,       /* it still holds a connection of another
+                                 process as that rank */
+  MEP_TCP_NAK_OTHER = 3,      /* its connect() waits for another process
+                                 (incarnation) as that rank */
+};
 
 /* ------------------------------------------------- little-endian fields */
 
@@ -88,11 +112,13 @@ static inline uint64_t mep__tcp_get64(const uint8_t *p) {
 typedef struct mep__tcp_addr {
   uint8_t ip[4]; /* network order */
   uint16_t port;
+  uint64_t incarnation;
 } mep__tcp_addr_t;
 
 void mep__tcp_addr_encode(uint8_t out[MEP_TCP_ADDR_LEN],
                           const mep__tcp_addr_t *a);
-/* 0, or MEP_ERR_PROTOCOL with the reason in why. */
+/* 0, or MEP_ERR_PROTOCOL with the reason in why (also for port 0 or
+ * incarnation 0). */
 int mep__tcp_addr_decode(const void *blob, size_t len, mep__tcp_addr_t *a,
                          char *why, size_t why_len);
 
@@ -111,14 +137,16 @@ int mep__tcp_rkey_decode(const void *blob, size_t len, mep__tcp_rkey_t *k,
 
 typedef struct mep__tcp_hello {
   uint32_t nsock, from, to, index, secret_len;
+  uint64_t from_inc, to_inc; /* the dialler's and the acceptor's */
   const uint8_t *secret;
 } mep__tcp_hello_t;
 
 /* What an acceptor insists on. */
 typedef struct mep__tcp_hello_expect {
   uint32_t rank;  /* the acceptor's own rank */
-  uint32_t size;  /* ranks in the group */
+  uint32_t size;  /* rank slots of the group */
   uint32_t nsock; /* its sockets_per_peer */
+  uint64_t incarnation; /* its own */
   const uint8_t *secret;
   uint32_t secret_len;
 } mep__tcp_hello_expect_t;
@@ -138,11 +166,18 @@ int mep__tcp_hello_check(const uint8_t *buf, size_t len,
 
 void mep__tcp_ack_encode(uint8_t out[MEP_TCP_ACK_LEN], uint32_t nsock,
                          uint32_t rank, uint32_t index);
-/* 0 if the ack comes from `rank` for socket `index` with `nsock` sockets,
- * else MEP_ERR_PROTOCOL with the reason. */
+void mep__tcp_nak_encode(uint8_t out[MEP_TCP_ACK_LEN], uint32_t reason,
+                         uint32_t rank, uint32_t index);
+/* 0 if buf holds an ack or a refusal from `rank` for socket `index` (an
+ * ack also for `nsock` sockets): *refused is 0 for the ack, else the
+ * refusal's MEP_TCP_NAK_* reason. Anything else is MEP_ERR_PROTOCOL with
+ * the reason in why. */
 int mep__tcp_ack_check(const uint8_t *buf, size_t len, uint32_t nsock,
-                       uint32_t rank, uint32_t index, char *why,
-                       size_t why_len);
+                       uint32_t rank, uint32_t index, int *refused,
+                       char *why, size_t why_len);
+/* What a refusal's reason means, as the end of a sentence about the
+ * acceptor ("it ...", "that rank" being the dialler's); static storage. */
+const char *mep__tcp_nak_text(int reason);
 
 /* ---------------------------------------------------------- messages */
 

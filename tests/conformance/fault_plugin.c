@@ -12,7 +12,10 @@
  *             LeakSanitizer notices)
  *   crash     rank 1 aborts in its first write
  *   hang      rank 1's poll never returns after 50 calls
- *   nofail    poll swallows every failed completion */
+ *   nofail    poll swallows every failed completion
+ *   latefail  after close(ep), a later poll reports the peer failed
+ *   norecon   connect() refuses a second connection in a context, as
+ *             plugins of ABI 1.0 did */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -33,9 +36,12 @@ typedef enum {
   F_CRASH,
   F_HANG,
   F_NOFAIL,
+  F_LATEFAIL,
+  F_NORECON,
 } fault_t;
 
 static const mep_transport_t *inner;
+static const mep_tp_env_t *env_of_fault; /* the last init's */
 static fault_t fault;
 static int my_rank;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -54,6 +60,7 @@ static fault_t parse_fault(const char *s) {
       {"nobounds", F_NOBOUNDS}, {"leakfd", F_LEAKFD}, {"leakmem", F_LEAKMEM},
       {"crash", F_CRASH},
       {"hang", F_HANG},       {"nofail", F_NOFAIL},
+      {"latefail", F_LATEFAIL}, {"norecon", F_NORECON},
   };
   for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) return names[i].f;
@@ -80,6 +87,7 @@ static int load_inner(const mep_tp_env_t *env) {
 static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
   int rc = load_inner(env);
   if (rc) return rc;
+  env_of_fault = env;
   fault = parse_fault(getenv("MEP_FAULT"));
   my_rank = env->rank;
   if (fault == F_LEAKFD && open("/dev/null", O_RDONLY) < 0)
@@ -105,9 +113,18 @@ static int f_reachable(mep_tp_ctx_t *ctx, int peer, const void *blob,
   return inner->reachable(ctx, peer, blob, len, why, why_len);
 }
 
+static mep_tp_ctx_t *connected_ctx; /* the last context that connected */
+
 static int f_connect(mep_tp_ctx_t *ctx, int peer, const void *blob,
                      size_t len, mep_tp_ep_t **ep) {
-  return inner->connect(ctx, peer, blob, len, ep);
+  if (fault == F_NORECON && ctx == connected_ctx) {
+    env_of_fault->set_error("fault: connect to rank %d: it already failed or "
+                            "was closed in this context", peer);
+    return MEP_ERR_PEER_FAILED;
+  }
+  int rc = inner->connect(ctx, peer, blob, len, ep);
+  if (rc == 0) connected_ctx = ctx;
+  return rc;
 }
 
 /* The registrations, so that "corrupt" can reach a write's source. */
@@ -167,12 +184,14 @@ static int f_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr) {
 }
 
 /* A completion reported by the wrapper instead of the inner plugin. */
-static void owe(uint64_t token, int peer) {
+static void owe_status(uint64_t token, int status, int peer) {
   pthread_mutex_lock(&lock);
   if (n_owed < (int)(sizeof owed / sizeof owed[0]))
-    owed[n_owed++] = (mep_tp_completion_t){token, 0, peer};
+    owed[n_owed++] = (mep_tp_completion_t){token, status, peer};
   pthread_mutex_unlock(&lock);
 }
+
+static void owe(uint64_t token, int peer) { owe_status(token, 0, peer); }
 
 static int f_write(mep_tp_ep_t *ep, mep_tp_mr_t *mr, uint64_t loff,
                    mep_tp_rmr_t *rmr, uint64_t roff, uint64_t len,
@@ -238,9 +257,20 @@ static int f_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max) {
   return n;
 }
 
-static int f_close(mep_tp_ep_t *ep) { return inner->close(ep); }
+static int f_close(mep_tp_ep_t *ep) {
+  if (fault == F_LATEFAIL)
+    owe_status(MEP_TP_TOKEN_NONE, MEP_ERR_PEER_FAILED, 1 - my_rank);
+  return inner->close(ep);
+}
 
-static int f_fini(mep_tp_ctx_t *ctx) { return inner->fini(ctx); }
+/* What the wrapper owes a context dies with it. */
+static int f_fini(mep_tp_ctx_t *ctx) {
+  pthread_mutex_lock(&lock);
+  n_owed = 0;
+  pthread_mutex_unlock(&lock);
+  if (ctx == connected_ctx) connected_ctx = NULL;
+  return inner->fini(ctx);
+}
 
 MEP_API const mep_transport_t mep_transport_plugin_v1 = {
     .abi_major = MEP_TRANSPORT_ABI_MAJOR,

@@ -36,7 +36,7 @@ run 2 'Try .mep-plugin-check --help' --no-such-option "$good"
 
 # --list names every check, one per line.
 for name in abi init-fini address reachable connect register write-sizes \
-    signal-order completions bounds dereg peer-killed; do
+    signal-order completions bounds dereg peer-killed reconnect; do
   run 0 "^$name " --list
 done
 

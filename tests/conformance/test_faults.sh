@@ -44,6 +44,11 @@ check hang write-sizes 1 '^FAIL write-sizes: rank 1: timed out after [0-9]+ ms i
   --timeout-ms 1000
 check nofail peer-killed 1 \
   '^FAIL peer-killed: rank 0: 2000 ms after rank 1 was SIGKILLed .*no completion with MEP_ERR_PEER_FAILED'
+check none reconnect 0 '^PASS reconnect$'
+check latefail reconnect 1 \
+  '^FAIL reconnect: rank 0: after close of its endpoint, poll reported a failure about rank 1'
+check norecon reconnect 1 \
+  '^FAIL reconnect: rank 0: connect to rank 1 failed after [0-9]+ ms: MEP_ERR_PEER_FAILED'
 
 # Only a build with LeakSanitizer sees a leak: then the rank that passed
 # must still be failed for its exit status.

@@ -28,6 +28,8 @@ const pc_check_t pc_checks[] = {
      pc_check_dereg},
     {"peer-killed", "a peer SIGKILLed mid-stream is reported within 2 s", 2,
      1, pc_check_peer_killed},
+    {"reconnect", "a rank's context is replaced: close, connect anew, data "
+     "(ABI 1.1)", 2, 0, pc_check_reconnect},
 };
 
 const int pc_n_checks = (int)(sizeof pc_checks / sizeof pc_checks[0]);

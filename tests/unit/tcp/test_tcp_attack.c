@@ -2,13 +2,16 @@
  * test_tcp_attack - a process hosts a tcp context (rank 1 of 2) with a
  * registered region of random bytes; the test process attacks it with raw
  * sockets: a wrong secret, a wrong secret length, garbage, a hello for the
- * wrong ranks or socket, a silent client, and, with the right secret
+ * wrong ranks or socket, for another incarnation of the host (a stale
+ * address blob), from incarnation 0 or of protocol version 1, a silent
+ * client, and, with the right secret
  * claiming rank 0, writes outside the region, to an unknown region, with a
  * wrapping offset, an unknown type, an unaligned signal, a wrong sequence
  * number, a malformed goodbye. Each connection must be closed by the host;
  * the bad messages must be reported as {NONE, MEP_ERR_BOUNDS or
  * MEP_ERR_PROTOCOL, peer 0}, the unauthenticated ones not at all, a good
- * goodbye as {NONE, MEP_ERR_CLOSED, 0}; the region must never change. With
+ * goodbye as {NONE, MEP_ERR_CLOSED, 0}; the region must never change; a
+ * hello for rank 0 after its failure gets a refusal (MEPN), no ack. With
  * 2 sockets per peer: a goodbye on each is a close, data after a goodbye
  * or a signal left waiting at the last goodbye a protocol error, a goodbye
  * on one socket and an end without one on the other a failure. Then a
@@ -44,17 +47,24 @@ static uint64_t rd(const uint8_t *p, int n) {
   return v;
 }
 
+/* The incarnations of the hellos: the attacker's own, and the host's
+ * (from its address blob) unless a case changes it. */
+#define MY_INC 0x5eed5eed5eed5eedull
+static uint64_t g_to_inc;
+
 static size_t hello(uint8_t *b, uint32_t from, uint32_t to, uint32_t idx,
                     uint32_t nsock, const uint8_t *sec, uint32_t slen) {
   memcpy(b, "MEPH", 4);
-  le(b + 4, 1, 2);
+  le(b + 4, 2, 2);
   le(b + 6, nsock, 2);
   le(b + 8, from, 4);
   le(b + 12, to, 4);
   le(b + 16, idx, 4);
   le(b + 20, slen, 4);
-  if (slen) memcpy(b + 24, sec, slen);
-  return 24 + slen;
+  le(b + 24, MY_INC, 8);
+  le(b + 32, g_to_inc, 8);
+  if (slen) memcpy(b + 40, sec, slen);
+  return 40 + slen;
 }
 
 static void header(uint8_t *h, int type, int op, int count, uint32_t region,
@@ -228,10 +238,12 @@ typedef struct tester {
 static void get_blobs(tester_t *T) {
   uint8_t b[MEP_TP_MAX_ADDR];
   size_t n = tt_recv(T->cfd, b, sizeof b, 10000);
-  TT_CHECK(n == 16 && !memcmp(b, "MEPA", 4), "address blob of %zu bytes", n);
+  TT_CHECK(n == 24 && !memcmp(b, "MEPA", 4), "address blob of %zu bytes", n);
   T->host.sin_family = AF_INET;
   memcpy(&T->host.sin_addr, b + 8, 4);
   T->host.sin_port = htons((uint16_t)rd(b + 12, 2));
+  g_to_inc = rd(b + 16, 8);
+  TT_CHECK(g_to_inc != 0, "address blob with incarnation 0");
   n = tt_recv(T->cfd, b, sizeof b, 10000);
   TT_CHECK(n == 24 && !memcmp(b, "MEPR", 4), "rkey blob of %zu bytes", n);
   T->region = (uint32_t)rd(b + 12, 4);
@@ -327,7 +339,7 @@ static void reject_case(tester_t *T, const char *what, const uint8_t *hs,
 static void bad_message(tester_t *T, const char *what, const uint8_t *msg,
                         size_t len, int want) {
   int fd = dial(T);
-  uint8_t hs[24 + 32];
+  uint8_t hs[40 + 32];
   size_t n = hello(hs, 0, 1, 0, 1, T->secret, sizeof T->secret);
   send_some(fd, hs, n);
   uint8_t ack[16];
@@ -352,11 +364,17 @@ static void bad_message(tester_t *T, const char *what, const uint8_t *msg,
            "{NONE, %d, 0}", what, k, k ? c[0].token : 0, k ? c[0].status : 0,
            k ? c[0].peer : -1, want);
   expect_untouched(T, what);
-  /* the slot of rank 0 is now dead: another hello for it is refused */
+  /* the slot of rank 0 is now dead: another hello for it is refused, with
+   * a refusal (the dialler may retry: the host holds a failed connection
+   * of that rank until it closes it), never an ack */
   int fd2 = dial(T);
   send_some(fd2, hs, n);
   got = expect_closed(fd2, 3.0, ack, sizeof ack, "hello for a failed rank");
-  TT_CHECK(got == 0, "%s: a failed rank was acked again", what);
+  TT_CHECK(got == 16 && !memcmp(ack, "MEPN", 4) && rd(ack + 6, 2) == 2 &&
+               rd(ack + 8, 4) == 1 && rd(ack + 12, 4) == 0,
+           "%s: a failed rank was answered with %zu bytes (%.4s), not a "
+           "refusal (MEPN, reason 2, rank 1, socket 0)", what, got,
+           got >= 4 ? (const char *)ack : "");
   TT_CHECK(fetch(T, c) == 0, "%s: completions after the refusal", what);
   printf("ok: %s refused (status %d)\n", what, want);
   cmd(T, 'R');
@@ -367,7 +385,7 @@ static void bad_message(tester_t *T, const char *what, const uint8_t *msg,
  * peer. */
 static int join(tester_t *T, uint32_t idx, uint32_t nsock, const char *what) {
   int fd = dial(T);
-  uint8_t hs[24 + 32], ack[16];
+  uint8_t hs[40 + 32], ack[16];
   send_some(fd, hs, hello(hs, 0, 1, idx, nsock, T->secret, sizeof T->secret));
   size_t got = 0;
   while (got < sizeof ack) {
@@ -482,6 +500,17 @@ static void attack(tester_t *T) {
   reject_case(T, "socket index out of range", b, n, 3.0);
   n = hello(b, 0, 1, 0, 2, S, 32);
   reject_case(T, "wrong sockets_per_peer", b, n, 3.0);
+  uint64_t host_inc = g_to_inc;
+  g_to_inc = host_inc ^ 0x100;
+  n = hello(b, 0, 1, 0, 1, S, 32);
+  reject_case(T, "hello to another incarnation (stale address)", b, n, 3.0);
+  g_to_inc = host_inc;
+  n = hello(b, 0, 1, 0, 1, S, 32);
+  le(b + 24, 0, 8);
+  reject_case(T, "hello from incarnation 0", b, n, 3.0);
+  n = hello(b, 0, 1, 0, 1, S, 32);
+  le(b + 4, 1, 2);
+  reject_case(T, "hello of protocol version 1", b, n, 3.0);
   n = hello(b, 0, 1, 0, 1, S, 32);
   double t0 = tt_now();
   reject_case(T, "stalled hello", b, n - 5, 3.0 + HOST_TIMEOUT_MS / 1e3);

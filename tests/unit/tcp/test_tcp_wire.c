@@ -332,9 +332,13 @@ static void fuzz_messages(int iters) {
 static const uint8_t secret[16] = {9, 8, 7, 6, 5, 4, 3, 2,
                                    1, 0, 11, 12, 13, 14, 15, 16};
 
+#define INC_FROM 0x1122334455667788ull
+#define INC_TO 0x99aabbccddeeff01ull
+
 static size_t hello(uint8_t *b, uint32_t magic, int ver, int nsock,
                     uint32_t from, uint32_t to, uint32_t idx,
-                    const uint8_t *sec, uint32_t slen) {
+                    const uint8_t *sec, uint32_t slen, uint64_t from_inc,
+                    uint64_t to_inc) {
   le(b, magic, 4);
   le(b + 4, (uint64_t)ver, 2);
   le(b + 6, (uint64_t)nsock, 2);
@@ -342,29 +346,103 @@ static size_t hello(uint8_t *b, uint32_t magic, int ver, int nsock,
   le(b + 12, to, 4);
   le(b + 16, idx, 4);
   le(b + 20, slen, 4);
-  memcpy(b + 24, sec, slen);
-  return 24 + slen;
+  le(b + 24, from_inc, 8);
+  le(b + 32, to_inc, 8);
+  memcpy(b + 40, sec, slen);
+  return 40 + slen;
 }
 
 static int hcheck(const uint8_t *b, size_t n, char *why) {
   mep__tcp_hello_expect_t e = {.rank = 5, .size = 8, .nsock = 2,
+                               .incarnation = INC_TO,
                                .secret = secret, .secret_len = 16};
   mep__tcp_hello_t h;
   return mep__tcp_hello_check(b, n, &e, &h, why, 200);
+}
+
+static void test_acks(void) {
+  char why[200];
+  int refused = -1;
+  uint8_t a[MEP_TCP_ACK_LEN];
+  le(a, 0x4b50454du, 4), le(a + 4, 2, 2), le(a + 6, 4, 2), le(a + 8, 7, 4),
+      le(a + 12, 3, 4);
+  CHECK(mep__tcp_ack_check(a, 16, 4, 7, 3, &refused, why, sizeof why) == 0 &&
+            refused == 0,
+        "ack: %s", why);
+  uint8_t ae[MEP_TCP_ACK_LEN];
+  mep__tcp_ack_encode(ae, 4, 7, 3);
+  CHECK(!memcmp(a, ae, 16), "ack encoder differs from the format");
+  CHECK(mep__tcp_ack_check(a, 16, 4, 6, 3, &refused, why, sizeof why) != 0,
+        "ack rank");
+  CHECK(mep__tcp_ack_check(a, 16, 4, 7, 2, &refused, why, sizeof why) != 0,
+        "ack idx");
+  CHECK(mep__tcp_ack_check(a, 16, 3, 7, 3, &refused, why, sizeof why) != 0,
+        "ack k");
+  CHECK(mep__tcp_ack_check(a, 15, 4, 7, 3, &refused, why, sizeof why) != 0,
+        "ack len");
+  for (int i = 0; i < 16; i++) {
+    for (int bit = 0; bit < 8; bit++) {
+      a[i] ^= (uint8_t)(1u << bit);
+      refused = -1;
+      int rc = mep__tcp_ack_check(a, 16, 4, 7, 3, &refused, why, sizeof why);
+      /* K and N differ in two bits: no single flip makes a refusal */
+      CHECK(rc != 0, "ack with bit %d of byte %d changed accepted (refused "
+            "%d)", bit, i, refused);
+      a[i] ^= (uint8_t)(1u << bit);
+    }
+  }
+  /* refusals: each known reason, nothing else */
+  for (uint32_t r = 0; r < 6; r++) {
+    uint8_t n[MEP_TCP_ACK_LEN];
+    le(n, 0x4e50454du, 4), le(n + 4, 2, 2), le(n + 6, r, 2), le(n + 8, 7, 4),
+        le(n + 12, 3, 4);
+    uint8_t ne[MEP_TCP_ACK_LEN];
+    mep__tcp_nak_encode(ne, r, 7, 3);
+    CHECK(!memcmp(n, ne, 16), "refusal encoder differs from the format");
+    CHECK(!memcmp(n, "MEPN", 4), "refusal magic spells MEPN");
+    refused = -1;
+    int rc = mep__tcp_ack_check(n, 16, 4, 7, 3, &refused, why, sizeof why);
+    int known = r >= MEP_TCP_NAK_UNEXPECTED && r <= MEP_TCP_NAK_OTHER;
+    CHECK(known ? rc == 0 && refused == (int)r : rc == MEP_ERR_PROTOCOL,
+          "refusal with reason %u: rc %d refused %d", r, rc, refused);
+    CHECK(strlen(mep__tcp_nak_text((int)r)) > 10, "reason %u has no text",
+          r);
+    if (!known) continue;
+    /* a refusal names the acceptor and the socket as an ack does */
+    CHECK(mep__tcp_ack_check(n, 16, 4, 6, 3, &refused, why, sizeof why) ==
+              MEP_ERR_PROTOCOL,
+          "refusal from another rank accepted");
+    CHECK(mep__tcp_ack_check(n, 16, 4, 7, 0, &refused, why, sizeof why) ==
+              MEP_ERR_PROTOCOL,
+          "refusal for another socket accepted");
+    le(n + 4, 1, 2);
+    CHECK(mep__tcp_ack_check(n, 16, 4, 7, 3, &refused, why, sizeof why) ==
+              MEP_ERR_PROTOCOL,
+          "refusal of version 1 accepted");
+  }
 }
 
 static void test_handshake(void) {
   uint8_t b[MEP_TCP_HELLO_LEN + MEP_TCP_MAX_SECRET], enc[sizeof b];
   char why[200];
   const uint32_t M = 0x4850454du;
-  size_t n = hello(b, M, 1, 2, 3, 5, 1, secret, 16);
+  size_t n = hello(b, M, 2, 2, 3, 5, 1, secret, 16, INC_FROM, INC_TO);
   CHECK(!memcmp(b, "MEPH", 4), "magic spells MEPH");
   mep__tcp_hello_t h = {.nsock = 2, .from = 3, .to = 5, .index = 1,
-                        .secret_len = 16, .secret = secret};
+                        .secret_len = 16, .from_inc = INC_FROM,
+                        .to_inc = INC_TO, .secret = secret};
   CHECK(mep__tcp_hello_encode(enc, sizeof enc, &h) == n &&
             !memcmp(b, enc, n),
         "hello encoder differs from the format");
   CHECK(hcheck(b, n, why) == 0, "good hello: %s", why);
+  mep__tcp_hello_expect_t e = {.rank = 5, .size = 8, .nsock = 2,
+                               .incarnation = INC_TO,
+                               .secret = secret, .secret_len = 16};
+  mep__tcp_hello_t got;
+  CHECK(mep__tcp_hello_check(b, n, &e, &got, why, sizeof why) == 0 &&
+            got.from == 3 && got.index == 1 && got.from_inc == INC_FROM &&
+            got.to_inc == INC_TO,
+        "hello decoded wrongly");
   /* truncated: every prefix asks for more and is never accepted */
   for (size_t k = 0; k < n; k++) {
     int rc = hcheck(b, k, why);
@@ -378,23 +456,45 @@ static void test_handshake(void) {
     int ver, nsock;
     uint32_t from, to, idx, slen;
     int flip;
+    uint64_t from_inc, to_inc;
     int want;
   } cases[] = {
-      {"magic", M ^ 0x100, 1, 2, 3, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"version", M, 2, 2, 3, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"sockets per peer", M, 1, 3, 3, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"from a higher rank", M, 1, 2, 6, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"from itself", M, 1, 2, 5, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"from outside the group", M, 1, 2, 8, 5, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"from UINT32_MAX", M, 1, 2, UINT32_MAX, 5, 1, 16, -1,
+      {"magic", M ^ 0x100, 2, 2, 3, 5, 1, 16, -1, INC_FROM, INC_TO,
        MEP_ERR_PROTOCOL},
-      {"to another rank", M, 1, 2, 3, 4, 1, 16, -1, MEP_ERR_PROTOCOL},
-      {"socket index", M, 1, 2, 3, 5, 2, 16, -1, MEP_ERR_PROTOCOL},
-      {"secret too short", M, 1, 2, 3, 5, 1, 15, -1, MEP_ERR_AUTH},
-      {"secret too long", M, 1, 2, 3, 5, 1, 17, -1, MEP_ERR_AUTH},
-      {"secret length huge", M, 1, 2, 3, 5, 1, UINT32_MAX, -1, MEP_ERR_AUTH},
-      {"secret first byte", M, 1, 2, 3, 5, 1, 16, 0, MEP_ERR_AUTH},
-      {"secret last byte", M, 1, 2, 3, 5, 1, 16, 15, MEP_ERR_AUTH},
+      {"version 1", M, 1, 2, 3, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"version 3", M, 3, 2, 3, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"sockets per peer", M, 2, 3, 3, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"from a higher rank", M, 2, 2, 6, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"from itself", M, 2, 2, 5, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"from outside the group", M, 2, 2, 8, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"from UINT32_MAX", M, 2, 2, UINT32_MAX, 5, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"to another rank", M, 2, 2, 3, 4, 1, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"socket index", M, 2, 2, 3, 5, 2, 16, -1, INC_FROM, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"from incarnation 0", M, 2, 2, 3, 5, 1, 16, -1, 0, INC_TO,
+       MEP_ERR_PROTOCOL},
+      {"to another incarnation", M, 2, 2, 3, 5, 1, 16, -1, INC_FROM,
+       INC_TO ^ 1, MEP_ERR_PROTOCOL},
+      {"to incarnation 0", M, 2, 2, 3, 5, 1, 16, -1, INC_FROM, 0,
+       MEP_ERR_PROTOCOL},
+      {"secret too short", M, 2, 2, 3, 5, 1, 15, -1, INC_FROM, INC_TO,
+       MEP_ERR_AUTH},
+      {"secret too long", M, 2, 2, 3, 5, 1, 17, -1, INC_FROM, INC_TO,
+       MEP_ERR_AUTH},
+      {"secret length huge", M, 2, 2, 3, 5, 1, UINT32_MAX, -1, INC_FROM,
+       INC_TO, MEP_ERR_AUTH},
+      {"secret first byte", M, 2, 2, 3, 5, 1, 16, 0, INC_FROM, INC_TO,
+       MEP_ERR_AUTH},
+      {"secret last byte", M, 2, 2, 3, 5, 1, 16, 15, INC_FROM, INC_TO,
+       MEP_ERR_AUTH},
   };
   uint8_t sec[64] = {0};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -402,10 +502,11 @@ static void test_handshake(void) {
     if (cases[i].flip >= 0) sec[cases[i].flip] ^= 0x40;
     uint32_t sl = cases[i].slen <= 64 ? cases[i].slen : 0;
     hello(b, cases[i].magic, cases[i].ver, cases[i].nsock, cases[i].from,
-          cases[i].to, cases[i].idx, sec, sl);
+          cases[i].to, cases[i].idx, sec, sl, cases[i].from_inc,
+          cases[i].to_inc);
     le(b + 20, cases[i].slen, 4);
     why[0] = '\0';
-    int rc = hcheck(b, 24 + sl, why);
+    int rc = hcheck(b, 40 + sl, why);
     CHECK(rc == cases[i].want, "hello %s: got %d want %d (%s)",
           cases[i].what, rc, cases[i].want, why);
     CHECK(why[0], "hello %s: no reason", cases[i].what);
@@ -419,25 +520,7 @@ static void test_handshake(void) {
     for (size_t k = 0; k < len; k++) b[k] = (uint8_t)rnd();
     CHECK(hcheck(b, len, why) != 0, "random hello accepted");
   }
-  /* acks */
-  uint8_t a[MEP_TCP_ACK_LEN];
-  le(a, 0x4b50454du, 4), le(a + 4, 1, 2), le(a + 6, 4, 2), le(a + 8, 7, 4),
-      le(a + 12, 3, 4);
-  CHECK(mep__tcp_ack_check(a, 16, 4, 7, 3, why, sizeof why) == 0, "ack: %s",
-        why);
-  uint8_t ae[MEP_TCP_ACK_LEN];
-  mep__tcp_ack_encode(ae, 4, 7, 3);
-  CHECK(!memcmp(a, ae, 16), "ack encoder differs from the format");
-  CHECK(mep__tcp_ack_check(a, 16, 4, 6, 3, why, sizeof why) != 0, "ack rank");
-  CHECK(mep__tcp_ack_check(a, 16, 4, 7, 2, why, sizeof why) != 0, "ack idx");
-  CHECK(mep__tcp_ack_check(a, 16, 3, 7, 3, why, sizeof why) != 0, "ack k");
-  CHECK(mep__tcp_ack_check(a, 15, 4, 7, 3, why, sizeof why) != 0, "ack len");
-  for (int i = 0; i < 16; i++) {
-    a[i] ^= 1;
-    CHECK(mep__tcp_ack_check(a, 16, 4, 7, 3, why, sizeof why) != 0,
-          "ack with byte %d changed accepted", i);
-    a[i] ^= 1;
-  }
+  test_acks();
 }
 
 /* --------------------------------------------------------------- blobs */
@@ -445,24 +528,38 @@ static void test_handshake(void) {
 static void test_blobs(void) {
   char why[200];
   uint8_t b[MEP_TCP_RKEY_LEN + 1];
-  mep__tcp_addr_t a = {.ip = {10, 1, 2, 3}, .port = 31001}, o;
+  uint64_t inc = rnd() | 1;
+  mep__tcp_addr_t a = {.ip = {10, 1, 2, 3}, .port = 31001,
+                       .incarnation = inc}, o;
   mep__tcp_addr_encode(b, &a);
   CHECK(mep__tcp_addr_decode(b, MEP_TCP_ADDR_LEN, &o, why, sizeof why) == 0 &&
-            !memcmp(o.ip, a.ip, 4) && o.port == 31001,
+            !memcmp(o.ip, a.ip, 4) && o.port == 31001 &&
+            o.incarnation == inc,
         "address round trip: %s", why);
-  CHECK(rd(b + 12, 2) == 31001 && b[8] == 10 && b[11] == 3, "address layout");
-  CHECK(mep__tcp_addr_decode(b, 15, &o, why, sizeof why), "short address");
-  CHECK(mep__tcp_addr_decode(NULL, 16, &o, why, sizeof why), "NULL address");
+  CHECK(MEP_TCP_ADDR_LEN == 24 && rd(b + 12, 2) == 31001 && b[8] == 10 &&
+            b[11] == 3 && rd(b + 16, 8) == inc,
+        "address layout");
+  CHECK(mep__tcp_addr_decode(b, MEP_TCP_ADDR_LEN - 1, &o, why, sizeof why),
+        "short address");
+  CHECK(mep__tcp_addr_decode(NULL, MEP_TCP_ADDR_LEN, &o, why, sizeof why),
+        "NULL address");
   for (int i = 0; i < MEP_TCP_ADDR_LEN; i++) {
     if (i >= 8 && i < 12) continue; /* any IPv4 address is fine */
     uint8_t c[MEP_TCP_ADDR_LEN];
     memcpy(c, b, sizeof c);
     c[i] ^= (uint8_t)(1 + rnd() % 255);
     int ok = mep__tcp_addr_decode(c, sizeof c, &o, why, sizeof why) == 0;
-    /* only a port change to another non-zero port stays valid */
+    /* only a change to another non-zero port or incarnation stays valid */
     int port_ok = (i == 12 || i == 13) && rd(c + 12, 2) != 0;
-    CHECK(ok == port_ok, "address byte %d changed: ok=%d", i, ok);
+    int inc_ok = i >= 16 && rd(c + 16, 8) != 0;
+    CHECK(ok == (port_ok || inc_ok), "address byte %d changed: ok=%d", i,
+          ok);
   }
+  memset(b + 16, 0, 8);
+  CHECK(mep__tcp_addr_decode(b, MEP_TCP_ADDR_LEN, &o, why, sizeof why) ==
+                MEP_ERR_PROTOCOL &&
+            strstr(why, "incarnation"),
+        "address of incarnation 0 accepted");
   mep__tcp_rkey_t k = {.rank = 3, .region = 77, .len = (1ull << 40) + 5}, ko;
   mep__tcp_rkey_encode(b, &k);
   CHECK(mep__tcp_rkey_decode(b, MEP_TCP_RKEY_LEN, &ko, why, sizeof why) == 0 &&
