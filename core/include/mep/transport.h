@@ -199,7 +199,8 @@ typedef struct mep_transport {
   int (*device_descriptor)(mep_tp_ctx_t *ctx, int peer, void *desc,
                            size_t *len);
 
-  /* Idempotent, and safe after the peer died. */
+  /* Safe after the peer died; may be repeated on an ep until connect() is
+   * called for that rank again (then the old ep is gone for good). */
   int (*close)(mep_tp_ep_t *ep);
   int (*fini)(mep_tp_ctx_t *ctx);
 } mep_transport_t;
