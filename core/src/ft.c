@@ -311,12 +311,14 @@ static int receive(mep_comm_t *comm, int from) {
 
 /* --------------------------------------------------------- detection */
 
-static void suspect(mep_comm_t *comm, int p, const char *why) {
+static void suspect(mep_comm_t *comm, int p, int closed, const char *why) {
   mep__ft_t *ft = comm->ft;
   if (ft->suspect[p]) return;
   ft->suspect[p] = 1;
   ft->coord = -1; /* views changed: query or propose again */
-  mep__warn("suspecting rank %d: %s", p, why);
+  /* A rank that closed its communicator in order is no fault. */
+  mep__log(closed ? MEP_LOG_INFO : MEP_LOG_WARN, "suspecting rank %d: %s", p,
+           why);
 }
 
 /* Probes p: a nonce it must echo within probe_ms. */
@@ -334,7 +336,7 @@ static void watch(mep_comm_t *comm, int p, uint64_t now) {
     char why[96];
     snprintf(why, sizeof why, "no answer to a probe within %llu ms",
              (unsigned long long)ft->probe_ms);
-    suspect(comm, p, why);
+    suspect(comm, p, 0, why);
   }
 }
 
@@ -429,8 +431,9 @@ int mep__ft_progress(mep_comm_t *comm) {
      * at the next one, not in the middle of this one. */
     if (failed == MEP_ERR_CLOSED && mep__coll_done_from(comm, p)) failed = 0;
     if (failed && !ft->suspect[p])
-      suspect(comm, p, failed == MEP_ERR_CLOSED ? "it closed its "
-                       "communicator" : "its transport reported it failed");
+      suspect(comm, p, failed == MEP_ERR_CLOSED,
+              failed == MEP_ERR_CLOSED ? "it closed its communicator"
+                                       : "its transport reported it failed");
     if (!ft->suspect[p] && now < ft->probe_until) watch(comm, p, now);
     any |= ft->suspect[p];
   }
