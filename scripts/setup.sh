@@ -16,12 +16,37 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The c10d backend builds against the torch of python3 (docs/c10d.md): torch,
+# and pytest for its tests (numpy only silences torch's warning), from PyPI
+# when python3 cannot import them. Without them the backend is not built.
+if command -v python3 >/dev/null 2>&1; then
+  py_need=()
+  for mod in torch pytest numpy; do
+    python3 -c "import $mod" >/dev/null 2>&1 || py_need+=("$mod")
+  done
+  if ((${#py_need[@]})); then
+    echo "setup: pip installing ${py_need[*]} for the c10d backend"
+    python3 -m pip install -q "${py_need[@]}" ||
+      echo "setup: pip install ${py_need[*]} failed; the c10d backend is not built"
+  fi
+fi
+
 prefix="$PWD/_install"
 if [ ! -f build/build.ninja ]; then
   meson setup build --prefix="$prefix" --libdir=lib
 fi
 ninja -C build
 ninja -C build install >/dev/null
+
+# python3 finds the installed mep package through a .pth file in its
+# site-packages, so `import mep` works in a fresh shell (docs/c10d.md).
+pydir="$prefix/lib/mep/python"
+if [ -f "$pydir/mep/__init__.py" ]; then
+  site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+  [ -w "$site" ] || site=$(python3 -c 'import site; print(site.getusersitepackages())')
+  mkdir -p "$site" && echo "$pydir" > "$site/mep-c10d.pth"
+  echo "setup: python3 imports mep from $pydir (through $site/mep-c10d.pth)"
+fi
 
 # The shm example is built the way a third party would: out of tree, against
 # the installed headers, found through pkg-config.

@@ -143,10 +143,15 @@ int mep__req_start(mep_req_t *r, mep_req_t **out) {
     *out = r;
     return MEP_OK;
   }
-  /* The request has the communicator's deadline itself; the grace lets
-   * its own message (what it waited for) through instead of ours. */
-  int t = comm->timeout_ms;
-  int rc = mep_req_wait(r, t > INT32_MAX - 2000 ? t : t + 2000);
+  /* The request has a deadline of its own, on silence (a collective that
+   * keeps moving may take longer than timeout_ms) and ends with its own
+   * message; this wait only guards against a request that never ends. */
+  int t = comm->timeout_ms, rc;
+  uint64_t cap = mep__now_ms() + 64 * (uint64_t)t;
+  do
+    rc = mep_req_wait(r, t);
+  while (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE &&
+         mep__now_ms() < cap);
   if (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", mep_last_error());

@@ -1,0 +1,43 @@
+"""mep's PyTorch distributed backend.
+
+Importing this package registers the c10d backend ``"mep"`` for CPU and CUDA
+tensors (CUDA tensors come with the CUDA build; this one refuses them with a
+clear error), so ``torch.distributed.init_process_group("mep", ...)``,
+``new_group(..., backend="mep")`` and ``torchrun`` scripts use it::
+
+    import mep, torch.distributed as dist
+    dist.init_process_group("mep", pg_options=mep.BackendOptions())
+
+See docs/c10d.md for the options, the fault-tolerance helpers and the limits.
+"""
+import torch
+import torch.distributed as dist
+
+from . import _C
+from .ft import (PeerState, extend_group_size_to, get_active_ranks,
+                 get_dropped_ranks, get_peer_state, recover_ranks)
+from .options import BackendOptions
+
+__all__ = ["BackendOptions", "PeerState", "get_active_ranks", "get_peer_state",
+           "recover_ranks", "extend_group_size_to", "get_dropped_ranks"]
+__version__ = _C.mep_version
+
+
+def _create_backend(dist_opts, backend_opts):
+    """The factory torch calls (extended API) for every group using "mep"."""
+    opts = BackendOptions() if backend_opts is None else backend_opts
+    if not isinstance(opts, BackendOptions):
+        raise TypeError("pg_options of the 'mep' backend must be a "
+                        f"mep.BackendOptions, not {type(opts).__name__}")
+    if opts.active_ranks is not None and opts.active_ranks.numel() < dist_opts.group_size:
+        raise ValueError(f"mep.BackendOptions.active_ranks has {opts.active_ranks.numel()} "
+                         f"entries, the group has {dist_opts.group_size} ranks")
+    return _C.MepBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                         dist_opts.timeout.total_seconds(),
+                         active_ranks=opts.active_ranks,
+                         is_extension=opts.is_extension,
+                         max_size=opts.max_size or 0)
+
+
+dist.Backend.register_backend("mep", _create_backend, extended_api=True,
+                              devices=["cpu", "cuda"])

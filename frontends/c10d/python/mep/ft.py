@@ -1,0 +1,63 @@
+"""Fault tolerance of "mep" process groups: who is active, who waits to
+join, admitting replacements and growing the group (docs/c10d.md)."""
+import enum
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+
+class PeerState(enum.IntEnum):
+    """A rank slot as get_peer_state reports it."""
+    ACTIVE = 0   # in the active set
+    DROPPED = 1  # lost; no process waits to take its place
+    JOINING = 2  # a process waits to join as this rank (recover_ranks admits it)
+    EMPTY = 3    # a slot beyond the group that nobody asked for
+
+
+def _backend(pg=None) -> "_C.MepBackend":
+    if isinstance(pg, _C.MepBackend):
+        return pg
+    group = pg if pg is not None else dist.group.WORLD
+    if group is None:
+        raise RuntimeError("mep: no process group (call init_process_group first)")
+    backend = group._get_backend(torch.device("cpu"))
+    if not isinstance(backend, _C.MepBackend):
+        raise ValueError(f"mep: the process group uses {type(backend).__name__}, "
+                         "not the 'mep' backend")
+    return backend
+
+
+def get_active_ranks(pg=None) -> torch.Tensor:
+    """The group's active ranks as an int32 tensor (1 active, 0 lost), one
+    entry per rank; the backend's live tensor (BackendOptions.active_ranks
+    when given), refreshed now and after every operation."""
+    return _backend(pg).active_ranks()
+
+
+def get_peer_state(pg, ranks: list[int]) -> list[PeerState]:
+    """The state of each of `ranks`. Collective over the active ranks: every
+    active rank calls it, and all get the same answer (a rank is JOINING only
+    once every active rank sees its process)."""
+    return [PeerState(s) for s in _backend(pg).peer_state(list(ranks))]
+
+
+def recover_ranks(pg, ranks: list[int]) -> None:
+    """Admits the joining processes of `ranks` (each JOINING): they become
+    active, and their init_process_group returns. Collective over the active
+    ranks, with the same list everywhere; waits for running operations first."""
+    _backend(pg).recover_ranks(list(ranks))
+
+
+def extend_group_size_to(pg, size: int) -> None:
+    """After recover_ranks admitted ranks beyond the group's size, makes the
+    backend's collectives span `size` ranks (<= max_size). The ProcessGroup's
+    own size() stays what it was created with."""
+    _backend(pg).extend_group_size_to(int(size))
+
+
+def get_dropped_ranks(pg=None) -> list[int]:
+    """The ranks the latest degraded collective dropped (it succeeded over
+    the survivors), in increasing order; [] if none was degraded yet."""
+    return list(_backend(pg).dropped_ranks())

@@ -1,0 +1,141 @@
+// backend.hpp - the c10d backend "mep": torch's collectives and
+// point-to-point over one mep communicator, plus the fault-tolerance calls
+// the Python helpers reach (active ranks, peer state, recovery, growth).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm.hpp"
+#include "scratch.hpp"
+#include "work.hpp"
+
+namespace mep_c10d {
+
+class MepBackend : public c10d::Backend {
+ public:
+  MepBackend(const c10::intrusive_ptr<c10d::Store> &store,
+             const CommConfig &cfg, std::chrono::milliseconds timeout);
+  ~MepBackend() override;
+
+  const std::string getBackendName() const override { return "mep"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+  void shutdown() override;
+  void abort() override { shutdown(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor> &tensors,
+      const c10d::BroadcastOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor> &tensors,
+      const c10d::AllreduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor> &tensors,
+      const c10d::AllreduceCoalescedOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor> &tensors,
+      const c10d::ReduceOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>> &outputs,
+      std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor &output, at::Tensor &input,
+      const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>> &outputs,
+      std::vector<at::Tensor> &inputs,
+      const c10d::GatherOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor> &outputs,
+      std::vector<std::vector<at::Tensor>> &inputs,
+      const c10d::ScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor> &outputs,
+      std::vector<std::vector<at::Tensor>> &inputs,
+      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor &output, at::Tensor &input,
+      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::ReduceScatterOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor &output, at::Tensor &input,
+      std::vector<int64_t> &output_splits,
+      std::vector<int64_t> &input_splits,
+      const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+      const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors,
+                                      int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors,
+                                      int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions &opts) override;
+
+  // Fault tolerance, for the Python helpers (see docs/c10d.md).
+  at::Tensor active_ranks();
+  std::vector<int> peer_state(const std::vector<int64_t> &ranks);
+  void recover_ranks(const std::vector<int64_t> &ranks);
+  void extend_group_size_to(int size);
+  std::vector<int> dropped_ranks() { return comm_->last_dropped(); }
+  int slots();
+  int max_size() const { return comm_->max_size(); }
+  uint64_t epoch();
+
+ private:
+  using Submit = std::function<int(mep_comm_t *, mep_req_t **)>;
+  using Body = std::function<void(MepWork &)>;
+
+  c10::intrusive_ptr<MepWork> make_work(c10d::OpType type, const char *title,
+                                        std::string what,
+                                        std::vector<at::Tensor> inputs,
+                                        std::vector<at::Tensor> outputs);
+  // Runs body (which submits the requests) and hands the work out; a work
+  // whose later submission failed is still tracked until the requests it
+  // has finish, so their buffers stay alive.
+  c10::intrusive_ptr<c10d::Work> issue(const c10::intrusive_ptr<MepWork> &w,
+                                       const Body &body);
+  // One request of the work; `sized`: the operation depends on the group
+  // size, which must agree with the core's after growth.
+  void submit(MepWork &w, bool sized, const Submit &f);
+  void track(const c10::intrusive_ptr<MepWork> &w);
+  // Completes the tracked works whose requests finished.
+  void sweep();
+  // Waits for every tracked work (before recovery).
+  void drain();
+  void check_root(const char *op, int64_t root);
+  // One all-gather / reduce-scatter between flat tensors, as part of w.
+  void gather_into(MepWork &w, const char *op, at::Tensor &out,
+                   at::Tensor &in);
+  void reduce_scatter_into(MepWork &w, const char *op, at::Tensor &out,
+                           at::Tensor &in, const c10d::ReduceOp &rop);
+  std::string what(const char *op, const at::Tensor &t) const;
+  // Staging lent to w (see scratch.hpp).
+  at::Tensor scratch(MepWork &w, int64_t numel, at::ScalarType st) {
+    return scratch_->take(w, numel, st);
+  }
+
+  std::shared_ptr<Comm> comm_;
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
+  std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> seq_{0};
+  std::mutex pending_mu_;
+  std::vector<c10::intrusive_ptr<MepWork>> pending_;
+};
+
+}  // namespace mep_c10d

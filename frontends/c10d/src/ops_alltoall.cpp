@@ -1,0 +1,226 @@
+// ops_alltoall.cpp - all-to-all, flat with (un)even splits and as lists.
+#include <memory>
+#include <numeric>
+
+#include "backend.hpp"
+#include "errors.hpp"
+#include "ops_util.hpp"
+#include "tensors.hpp"
+
+namespace mep_c10d {
+
+using c10d::OpType;
+
+namespace {
+
+// Counts and displacements, in the core's elements, one per rank.
+struct Layout {
+  std::vector<size_t> counts, displs;
+};
+
+// Rows of dim 0 per rank: the splits given, or an even share.
+Layout rows_layout(const char *op, const char *side, const at::Tensor &t,
+                   const std::vector<int64_t> &splits, int size,
+                   size_t row_elems) {
+  int64_t rows = t.dim() ? t.size(0) : 1;
+  std::vector<int64_t> s = splits;
+  if (s.empty()) {
+    if (rows % size)
+      throw_value(std::string(op) + ": the " + side + " tensor has " +
+                  std::to_string(rows) + " rows, not divisible by " +
+                  std::to_string(size) + " ranks; pass split sizes");
+    s.assign(static_cast<size_t>(size), rows / size);
+  }
+  check_count(op, side, s.size(), static_cast<size_t>(size));
+  int64_t sum = 0;
+  for (int64_t v : s) {
+    if (v < 0)
+      throw_value(std::string(op) + ": negative " + side + " split size " +
+                  std::to_string(v));
+    sum += v;
+  }
+  if (sum != rows)
+    throw_value(std::string(op) + ": the " + side + " split sizes add up to " +
+                std::to_string(sum) + " rows, the tensor has " +
+                std::to_string(rows));
+  Layout l;
+  size_t off = 0;
+  for (int64_t v : s) {
+    l.counts.push_back(static_cast<size_t>(v) * row_elems);
+    l.displs.push_back(off);
+    off += static_cast<size_t>(v) * row_elems;
+  }
+  return l;
+}
+
+// Elements of one row of dim 0 (the whole tensor for a 0-dim one).
+int64_t row_numel(const at::Tensor &t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); d++) n *= t.size(d);
+  return n;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
+    at::Tensor &output, at::Tensor &input, std::vector<int64_t> &out_splits,
+    std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) {
+  const char *op = "all_to_all_single";
+  require_host(op, mem_path(op, {output, input}));
+  if (output.scalar_type() != input.scalar_type())
+    throw_value(std::string(op) + ": the output has " + describe(output) +
+                ", the input " + describe(input));
+  if (row_numel(output) != row_numel(input))
+    throw_value(std::string(op) + ": rows of the output have " +
+                std::to_string(row_numel(output)) + " elements, of the input " +
+                std::to_string(row_numel(input)));
+  Elems el = move_elems(input);
+  size_t row = static_cast<size_t>(row_numel(input)) * input.element_size() /
+        mep_dtype_size(el.dtype);
+  at::Tensor src = contiguous_or_copy(input);
+  at::Tensor dst = contiguous_or_copy(output);
+  auto w = make_work(OpType::ALLTOALL_BASE, "mep:all_to_all_single",
+                     what(op, input), {input}, {output});
+  if (out_splits.empty() && in_splits.empty()) {
+    if (input.numel() != output.numel() || input.numel() % size_)
+      throw_value(std::string(op) + ": the input has " + describe(input) +
+                  " and the output " + describe(output) +
+                  "; without split sizes both need the same number, "
+                  "divisible by " + std::to_string(size_));
+    return issue(w, [&](MepWork &w) {
+      w.keep(src);
+      w.keep(dst);
+      submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+        return mep_alltoall(c, data_of(src), data_of(dst),
+                            el.count / static_cast<size_t>(size_), el.dtype,
+                            r);
+      });
+      copy_back(w, output, dst);
+    });
+  }
+  auto sl = std::make_shared<Layout>(
+      rows_layout(op, "input", input, in_splits, size_, row));
+  auto rl = std::make_shared<Layout>(
+      rows_layout(op, "output", output, out_splits, size_, row));
+  return issue(w, [&](MepWork &w) {
+    w.keep(src);
+    w.keep(dst);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_alltoallv(c, data_of(src), sl->counts.data(),
+                           sl->displs.data(), data_of(dst), rl->counts.data(),
+                           rl->displs.data(), el.dtype, r);
+    });
+    copy_back(w, output, dst);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllToAllOptions &) {
+  const char *op = "all_to_all";
+  require_host(op, mem_path(op, concat(inputs, outputs)));
+  check_count(op, "the input list", inputs.size(), static_cast<size_t>(size_));
+  check_count(op, "the output list", outputs.size(),
+              static_cast<size_t>(size_));
+  const at::Tensor &like = inputs[0];
+  for (const auto &t : concat(inputs, outputs))
+    if (t.scalar_type() != like.scalar_type())
+      throw_value(std::string(op) + ": tensors of dtypes " +
+                  dtype_name(like.scalar_type()) + " and " +
+                  dtype_name(t.scalar_type()) + " in one call");
+  Elems el = move_elems(like);
+  auto sl = std::make_shared<Layout>();
+  auto rl = std::make_shared<Layout>();
+  size_t soff = 0, roff = 0;
+  for (int r = 0; r < size_; r++) {
+    size_t sc = elems_of(inputs[r], el.dtype), rc = elems_of(outputs[r], el.dtype);
+    sl->counts.push_back(sc);
+    sl->displs.push_back(soff);
+    rl->counts.push_back(rc);
+    rl->displs.push_back(roff);
+    soff += sc;
+    roff += rc;
+  }
+  std::vector<at::Tensor> outs = outputs;
+  auto w = make_work(OpType::ALLTOALL, "mep:all_to_all",
+                     std::string(op) + " of " + std::to_string(total_numel(inputs)) +
+                         " " + dtype_name(like.scalar_type()) +
+                         " elements (rank " + std::to_string(rank_) + " of " +
+                         std::to_string(size_) + ")",
+                     inputs, outputs);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor src = flatten_into(
+        scratch(w, total_numel(inputs), like.scalar_type()), inputs);
+    at::Tensor dst = scratch(w, total_numel(outs), like.scalar_type());
+    w.keep(src);
+    w.keep(dst);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_alltoallv(c, data_of(src), sl->counts.data(),
+                           sl->displs.data(), data_of(dst), rl->counts.data(),
+                           rl->displs.data(), el.dtype, r);
+    });
+    w.on_success([outs, dst](const std::vector<int> &dropped) {
+      int64_t off = 0;
+      for (size_t r = 0; r < outs.size(); r++) {
+        at::Tensor t = outs[r];
+        bool lost = false;
+        for (int d : dropped) lost |= d == static_cast<int>(r);
+        if (!lost) t.copy_(dst.narrow(0, off, t.numel()).view(t.sizes()));
+        off += t.numel();
+      }
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::send(
+    std::vector<at::Tensor> &tensors, int dst_rank, int tag) {
+  const char *op = "send";
+  require_host(op, mem_path(op, tensors));
+  check_count(op, "the tensor list", tensors.size(), 1);
+  at::Tensor t = tensors[0];
+  at::Tensor buf = contiguous_or_copy(t);
+  size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  auto w = make_work(OpType::SEND, "mep:send",
+                     what(op, t) + " to rank " + std::to_string(dst_rank) +
+                         " tag " + std::to_string(tag),
+                     tensors, {});
+  return issue(w, [&](MepWork &w) {
+    w.keep(buf);
+    submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_send(c, data_of(buf), bytes, dst_rank, tag, r);
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::recv(
+    std::vector<at::Tensor> &tensors, int src_rank, int tag) {
+  const char *op = "recv";
+  require_host(op, mem_path(op, tensors));
+  check_count(op, "the tensor list", tensors.size(), 1);
+  at::Tensor t = tensors[0];
+  size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  auto w = make_work(OpType::RECV, "mep:recv",
+                     what(op, t) + " from rank " + std::to_string(src_rank) +
+                         " tag " + std::to_string(tag),
+                     {}, tensors);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor buf =
+        t.is_contiguous() ? t : scratch(w, t.numel(), t.scalar_type());
+    w.keep(buf);
+    submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_recv(c, data_of(buf), bytes, src_rank, tag, r);
+    });
+    MepWork *self = &w;
+    w.on_success([self, bytes](const std::vector<int> &) {
+      size_t got = mep_req_bytes(self->request(0));
+      if (got != bytes)
+        std::rethrow_exception(mep_error(
+            MEP_ERR_MISMATCH, self->what(),
+            "received " + std::to_string(got) + " bytes, the tensor has " +
+                std::to_string(bytes) + " (the sender's tensor differs)"));
+    });
+    copy_back(w, t, buf);
+  });
+}
+
+}  // namespace mep_c10d

@@ -1,0 +1,155 @@
+// ops_gather.cpp - all-gather (lists, flat, coalesced), gather, scatter.
+#include "backend.hpp"
+#include "errors.hpp"
+#include "ops_util.hpp"
+#include "tensors.hpp"
+
+namespace mep_c10d {
+
+using c10d::OpType;
+
+c10::intrusive_ptr<c10d::Work> MepBackend::allgather(
+    std::vector<std::vector<at::Tensor>> &outputs,
+    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) {
+  const char *op = "all_gather";
+  check_count(op, "the input list", inputs.size(), 1);
+  check_count(op, "the output list", outputs.size(), 1);
+  std::vector<at::Tensor> outs = outputs[0];
+  require_host(op, mem_path(op, concat(inputs, outs)));
+  at::Tensor in = inputs[0];
+  check_count(op, "the output tensor list", outs.size(),
+              static_cast<size_t>(size_));
+  check_same(op, "output", outs, in);
+  Elems el = move_elems(in);
+  at::Tensor src = contiguous_or_copy(in);
+  auto w = make_work(OpType::ALLGATHER, "mep:all_gather", what(op, in),
+                     inputs, outs);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor flat = scratch(w, size_ * in.numel(), in.scalar_type());
+    w.keep(src);
+    w.keep(flat);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_allgather(c, data_of(src), data_of(flat), el.count, el.dtype,
+                           r);
+    });
+    scatter_back(w, outs, flat, in.numel());
+  });
+}
+
+// One all-gather of `in` into the flat `out` as part of w.
+void MepBackend::gather_into(MepWork &w, const char *op, at::Tensor &out,
+                             at::Tensor &in) {
+  if (out.scalar_type() != in.scalar_type() ||
+      out.numel() != size_ * in.numel())
+    throw_value(std::string(op) + ": the output has " + describe(out) +
+                ", expected " + std::to_string(size_) + " x " + describe(in));
+  Elems el = move_elems(in);
+  at::Tensor src = contiguous_or_copy(in);
+  at::Tensor dst = contiguous_or_copy(out);
+  w.keep(src);
+  w.keep(dst);
+  submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+    return mep_allgather(c, data_of(src), data_of(dst), el.count, el.dtype,
+                         r);
+  });
+  copy_back(w, out, dst);
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::_allgather_base(
+    at::Tensor &output, at::Tensor &input, const c10d::AllgatherOptions &) {
+  const char *op = "all_gather_into_tensor";
+  require_host(op, mem_path(op, {output, input}));
+  auto w = make_work(OpType::_ALLGATHER_BASE, "mep:all_gather_into_tensor",
+                     what(op, input), {input}, {output});
+  return issue(w, [&](MepWork &w) { gather_into(w, op, output, input); });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
+    const c10d::AllgatherOptions &) {
+  const char *op = "all_gather_into_tensor_coalesced";
+  require_host(op, mem_path(op, concat(inputs, outputs)));
+  check_count(op, "the output list", outputs.size(), inputs.size());
+  auto w = make_work(OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+                     "mep:all_gather_into_tensor_coalesced",
+                     std::string(op) + " of " + std::to_string(inputs.size()) +
+                         " tensors (rank " + std::to_string(rank_) + ")",
+                     inputs, outputs);
+  return issue(w, [&](MepWork &w) {
+    for (size_t i = 0; i < inputs.size(); i++)
+      gather_into(w, op, outputs[i], inputs[i]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::gather(
+    std::vector<std::vector<at::Tensor>> &outputs,
+    std::vector<at::Tensor> &inputs, const c10d::GatherOptions &opts) {
+  const char *op = "gather";
+  check_count(op, "the input list", inputs.size(), 1);
+  check_root(op, opts.rootRank);
+  int root = static_cast<int>(opts.rootRank);
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    check_count(op, "the output list", outputs.size(), 1);
+    outs = outputs[0];
+    check_count(op, "the gather list", outs.size(),
+                static_cast<size_t>(size_));
+    check_same(op, "gather_list", outs, in);
+  }
+  require_host(op, mem_path(op, concat(inputs, outs)));
+  Elems el = move_elems(in);
+  at::Tensor src = contiguous_or_copy(in);
+  auto w = make_work(OpType::GATHER, "mep:gather", what(op, in), inputs,
+                     outs);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor flat;
+    if (rank_ == root) flat = scratch(w, size_ * in.numel(), in.scalar_type());
+    w.keep(src);
+    if (flat.defined()) w.keep(flat);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_gather(c, data_of(src),
+                        flat.defined() ? data_of(flat) : nullptr, el.count,
+                        el.dtype, root, r);
+    });
+    if (flat.defined()) scatter_back(w, outs, flat, in.numel());
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::scatter(
+    std::vector<at::Tensor> &outputs,
+    std::vector<std::vector<at::Tensor>> &inputs,
+    const c10d::ScatterOptions &opts) {
+  const char *op = "scatter";
+  check_count(op, "the output list", outputs.size(), 1);
+  check_root(op, opts.rootRank);
+  int root = static_cast<int>(opts.rootRank);
+  at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins;
+  if (rank_ == root) {
+    check_count(op, "the input list", inputs.size(), 1);
+    ins = inputs[0];
+    check_count(op, "the scatter list", ins.size(),
+                static_cast<size_t>(size_));
+    check_same(op, "scatter_list", ins, out);
+  }
+  require_host(op, mem_path(op, concat(outputs, ins)));
+  Elems el = move_elems(out);
+  at::Tensor dst = contiguous_or_copy(out);
+  auto w = make_work(OpType::SCATTER, "mep:scatter", what(op, out), ins,
+                     outputs);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor flat;
+    if (rank_ == root)
+      flat = flatten_into(scratch(w, total_numel(ins), out.scalar_type()), ins);
+    w.keep(dst);
+    if (flat.defined()) w.keep(flat);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_scatter(c, flat.defined() ? data_of(flat) : nullptr,
+                         data_of(dst), el.count, el.dtype, root, r);
+    });
+    copy_back(w, out, dst);
+  });
+}
+
+}  // namespace mep_c10d

@@ -1,0 +1,41 @@
+"""Runs one pytest file of the c10d backend's tests for meson: exits 77
+(skip) with the reason when the backend was not built or torch or pytest is
+missing; puts the built package first on the path of this process and of
+the ranks it starts."""
+import argparse
+import os
+import sys
+
+SKIP = 77
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pythonpath", required=True,
+                    help="the build directory holding the mep package")
+    ap.add_argument("--not-built", default="",
+                    help="why the backend was not built ('' when it was)")
+    ap.add_argument("test_file")
+    args = ap.parse_args()
+    if args.not_built:
+        print(f"skip: the c10d backend was not built: {args.not_built}")
+        return SKIP
+    for mod in ("torch", "pytest"):
+        try:
+            __import__(mod)
+        except ImportError as e:
+            print(f"skip: {mod} is not importable by {sys.executable}: {e}")
+            return SKIP
+    import pytest
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
+    sys.path.insert(0, args.pythonpath)
+    here = os.path.dirname(os.path.abspath(args.test_file))
+    rc = pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", here,
+                      args.test_file])
+    # pytest's 5 ("no tests collected") is a failure here, not a skip.
+    return int(rc) if int(rc) != 5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

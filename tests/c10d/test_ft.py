@@ -1,0 +1,165 @@
+"""Fault tolerance through the c10d API: a rank exits after the first
+all_reduce, or is SIGKILLed in the middle of one; the survivors' next
+all_reduce returns within the timeout over the survivors, the active ranks
+show the loss, a replacement joins with is_extension=True, the survivors
+poll get_peer_state and call recover_ranks, and a full-group all_reduce is
+right again. And a group that grows beyond its initial size."""
+import datetime
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from harness import Ranks
+
+TIMEOUT_S = 20  # the process group's timeout: the core's deadline
+BIG = 1 << 20   # elements of the all_reduces a rank is killed among
+
+
+def full(world, ranks, n=64):
+    """What an all_reduce of torch.full((n,), rank + 1) gives over `ranks`."""
+    return torch.full((n,), float(sum(r + 1 for r in ranks)))
+
+
+def init(ctx, **opts):
+    import mep
+    dist.init_process_group("mep", store=ctx.store, rank=ctx.rank, world_size=ctx.world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S),
+                            pg_options=mep.BackendOptions(**opts))
+    return mep
+
+
+def member(ctx, victim, mode):
+    act = torch.zeros(ctx.world, dtype=torch.int32)
+    mep = init(ctx, active_ranks=act)
+    everyone = range(ctx.world)
+    survivors = [r for r in everyone if r != victim]
+    x = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, everyone)) and act.tolist() == [1] * ctx.world
+    if mode == "exit" and ctx.rank == victim:
+        os._exit(0)
+    if mode == "kill":
+        # Large all_reduces back to back until the victim is gone: the parent
+        # kills it while they run, so it dies inside one.
+        big = torch.empty(BIG)
+        ctx.store.set(f"in_big/{ctx.rank}", "1")
+        deadline = time.monotonic() + 60
+        while act[victim] == 1:
+            assert time.monotonic() < deadline, "the victim was never lost"
+            big.fill_(ctx.rank + 1)
+            dist.all_reduce(big)
+            # Finished before the kill (all ranks), or over the survivors.
+            assert big[0].item() in (full(ctx.world, everyone, 1).item(),
+                                     full(ctx.world, survivors, 1).item())
+            assert big[0].item() == big[-1].item()
+        assert ctx.rank != victim
+    # The survivors' next all_reduce: within the timeout, over the survivors.
+    y = torch.full((64,), float(ctx.rank + 1))
+    t0 = time.monotonic()
+    dist.all_reduce(y)
+    elapsed = time.monotonic() - t0
+    assert elapsed < TIMEOUT_S, f"all_reduce after the failure took {elapsed:.1f} s"
+    assert torch.equal(y, full(ctx.world, survivors)), y
+    want = [int(r != victim) for r in everyone]
+    assert act.tolist() == want, f"active_ranks option tensor {act.tolist()}"
+    assert mep.get_active_ranks().tolist() == want
+    assert mep.get_dropped_ranks() == [victim]
+    ctx.store.set(f"lost_seen/{ctx.rank}", "1")
+    # A replacement is started by the parent; admit it once all see it.
+    pg = dist.group.WORLD
+    deadline = time.monotonic() + 60
+    while mep.get_peer_state(pg, [victim]) != [mep.PeerState.JOINING]:
+        assert time.monotonic() < deadline, "the replacement never showed up"
+        time.sleep(0.05)
+    mep.recover_ranks(pg, [victim])
+    return after_recovery(ctx, mep, act)
+
+
+def after_recovery(ctx, mep, act=None):
+    z = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(z)
+    assert torch.equal(z, full(ctx.world, range(ctx.world))), z
+    assert mep.get_active_ranks().tolist() == [1] * ctx.world
+    if act is not None:
+        assert act.tolist() == [1] * ctx.world
+    outs = [torch.empty(2) for _ in range(ctx.world)]
+    dist.all_gather(outs, torch.full((2,), float(ctx.rank)))
+    assert [o[0].item() for o in outs] == [float(r) for r in range(ctx.world)]
+    dist.destroy_process_group()
+    return "ok"
+
+
+def replacement(ctx):
+    mep = init(ctx, is_extension=True)
+    return after_recovery(ctx, mep)
+
+
+@pytest.mark.parametrize("world,victim,mode", [(3, 1, "exit"), (4, 0, "kill")])
+def test_lose_and_replace_a_rank(world, victim, mode):
+    ranks = Ranks(member, world, (victim, mode), timeout_s=120)
+    try:
+        if mode == "kill":
+            ranks.store.wait([f"in_big/{r}" for r in range(world)],
+                             datetime.timedelta(seconds=60))
+            time.sleep(0.2)
+            ranks.kill(victim)
+        survivors = [r for r in range(world) if r != victim]
+        ranks.store.wait([f"lost_seen/{r}" for r in survivors],
+                         datetime.timedelta(seconds=60))
+        ranks.start(replacement, world, ranks=[victim])
+    except BaseException:
+        ranks.close()
+        raise
+    assert set(ranks.wait().values()) == {"ok"}
+
+
+def grow_member(ctx, max_size):
+    mep = init(ctx, max_size=max_size)
+    x = torch.full((8,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, range(ctx.world), 8))
+    ctx.store.set(f"ready/{ctx.rank}", "1")
+    pg = dist.group.WORLD
+    new = list(range(ctx.world, max_size))
+    deadline = time.monotonic() + 60
+    while mep.get_peer_state(pg, new) != [mep.PeerState.JOINING] * len(new):
+        assert time.monotonic() < deadline, "the new ranks never showed up"
+        time.sleep(0.05)
+    mep.recover_ranks(pg, new)
+    # Before the backend is extended, size-dependent collectives refuse.
+    with pytest.raises(ValueError, match="extend_group_size_to"):
+        dist.all_gather([torch.empty(1) for _ in range(ctx.world)], torch.ones(1))
+    mep.extend_group_size_to(pg, max_size)
+    return grown(ctx, mep, max_size)
+
+
+def grown(ctx, mep, size):
+    z = torch.full((8,), float(ctx.rank + 1))
+    dist.all_reduce(z)
+    assert torch.equal(z, full(size, range(size), 8)), z
+    outs = [torch.empty(3) for _ in range(size)]
+    dist.all_gather(outs, torch.full((3,), float(ctx.rank)))
+    assert [o[0].item() for o in outs] == [float(r) for r in range(size)]
+    assert mep.get_active_ranks().tolist() == [1] * size
+    dist.destroy_process_group()
+    return "ok"
+
+
+def grow_joiner(ctx, max_size):
+    mep = init(ctx, is_extension=True, max_size=max_size)
+    return grown(ctx, mep, max_size)
+
+
+def test_grow_group():
+    world, max_size = 2, 3
+    ranks = Ranks(grow_member, world, (max_size,), timeout_s=120)
+    try:
+        ranks.store.wait([f"ready/{r}" for r in range(world)], datetime.timedelta(seconds=60))
+        ranks.start(grow_joiner, max_size, (max_size,), ranks=[2])
+    except BaseException:
+        ranks.close()
+        raise
+    assert set(ranks.wait().values()) == {"ok"}
