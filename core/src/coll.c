@@ -45,6 +45,8 @@ struct mep__coll {
   uint64_t *held;                   /* per sender: a credit held back */
   uint8_t *acc;
   size_t two_shot;                  /* [core] two_shot_bytes */
+  uint8_t *aside;                   /* in-place inputs, copied at the start */
+  size_t aside_cap;                 /* (collectives run one at a time) */
 };
 
 size_t mep__coll_two_shot(const mep_comm_t *comm) {
@@ -140,6 +142,7 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->sent);
   free(c->consumed);
   free(c->acc);
+  free(c->aside);
   free(c);
   comm->coll = NULL;
 }
@@ -662,6 +665,26 @@ static int commit(mep_req_t *req) {
   return 1;
 }
 
+/* In place: the input goes aside into memory the communicator keeps (and
+ * reuses: no allocation and page faults per call once it is large
+ * enough), so every attempt reads it as the caller passed it. */
+static int copy_aside(mep_req_t *req) {
+  struct mep__coll *c = req->comm->coll;
+  op_t *o = req->impl;
+  size_t n = o->spec.copy_bytes;
+  if (!n) return MEP_OK;
+  if (n > c->aside_cap) {
+    uint8_t *p = realloc(c->aside, n);
+    if (!p) return mep__err(MEP_ERR_NOMEM, "out of memory for the in-place "
+                            "copy of %zu bytes", n);
+    c->aside = p;
+    c->aside_cap = n;
+  }
+  memcpy(c->aside, o->spec.send, n);
+  o->spec.send = c->aside;
+  return MEP_OK;
+}
+
 /* The deadline passed: probe the peers before blaming them. A peer that
  * does not answer leaves the group (and the attempt starts again over the
  * others); if every peer answers, they are alive but not calling this
@@ -690,7 +713,8 @@ static int advance(mep_req_t *req) {
   int moved = 0;
   if (!o->seq) { /* its turn came: collectives start in call order */
     o->seq = ++comm->coll->seq;
-    int rc = attempt(req);
+    int rc = copy_aside(req);
+    if (rc == MEP_OK) rc = attempt(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
   }
   if (mep__ft_excluded(comm))

@@ -93,7 +93,7 @@ typedef struct mep__coll_spec {
   const void *send;
   void *recv;      /* broadcast: the buffer */
   size_t *v;       /* alltoallv: send counts, displs, recv counts, displs */
-  void *owned;     /* the private copy of an in-place input */
+  size_t copy_bytes; /* in place: bytes of send copied aside at the start */
 } mep__coll_spec_t;
 void mep__coll_spec_free(mep__coll_spec_t *s);
 

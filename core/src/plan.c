@@ -106,18 +106,14 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* A private copy of the input when it shares memory with the output
- * (in place): the engine reads inputs after writing outputs, and a
- * collective run again over the survivors reads them once more. */
+/* An input that shares memory with the output (in place) is copied aside
+ * when the collective starts (coll.c): the engine reads inputs after
+ * writing outputs, and a collective run again over the survivors reads
+ * them once more. */
 static int private_input(mep__coll_spec_t *s, const args_t *a,
                          size_t sbytes, size_t rbytes) {
-  if (!overlap(s->send, sbytes, s->recv, rbytes)) return MEP_OK;
-  void *copy = malloc(sbytes);
-  if (!copy) return mep__err(MEP_ERR_NOMEM, "%s: out of memory for the "
-                             "in-place copy of %zu bytes", a->fn, sbytes);
-  memcpy(copy, s->send, sbytes);
-  s->owned = copy;
-  s->send = copy;
+  (void)a;
+  if (overlap(s->send, sbytes, s->recv, rbytes)) s->copy_bytes = sbytes;
   return MEP_OK;
 }
 
@@ -633,7 +629,6 @@ int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
 }
 
 void mep__coll_spec_free(mep__coll_spec_t *s) {
-  free(s->owned);
   free(s->v);
   memset(s, 0, sizeof *s);
 }
