@@ -14,6 +14,7 @@ MepBackend::MepBackend(const c10::intrusive_ptr<c10d::Store> &store,
                        const CommConfig &cfg,
                        std::chrono::milliseconds timeout)
     : Backend(cfg.rank, cfg.size),
+      group_size_(cfg.size),
       comm_(std::make_shared<Comm>(store, cfg)),
       timeout_(timeout) {
   init();
@@ -41,7 +42,7 @@ void MepBackend::shutdown() {
 
 std::string MepBackend::what(const char *op, const at::Tensor &t) const {
   return std::string(op) + " of " + describe(t) + " (rank " +
-         std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+         std::to_string(rank_) + " of " + std::to_string(group_size_) + ")";
 }
 
 c10::intrusive_ptr<MepWork> MepBackend::make_work(
@@ -55,7 +56,7 @@ c10::intrusive_ptr<MepWork> MepBackend::make_work(
 void MepBackend::submit(MepWork &w, bool sized, const Submit &f) {
   Comm::Use u(*comm_);
   if (!u) throw_closed(w.what());
-  if (sized && mep_comm_size(u.get()) != size_)
+  if (sized && mep_comm_size(u.get()) != group_size_)
     throw_value(w.what() + ": the group has " +
                 std::to_string(mep_comm_size(u.get())) +
                 " rank slots since it grew; call "
@@ -123,9 +124,9 @@ void MepBackend::drain() {
 }
 
 void MepBackend::check_root(const char *op, int64_t root) {
-  if (root < 0 || root >= size_)
+  if (root < 0 || root >= group_size_)
     throw_value(std::string(op) + ": root rank " + std::to_string(root) +
-                " is not in [0, " + std::to_string(size_) + ")");
+                " is not in [0, " + std::to_string(group_size_) + ")");
 }
 
 // ----------------------------------------------------- fault tolerance
@@ -133,7 +134,7 @@ void MepBackend::check_root(const char *op, int64_t root) {
 at::Tensor MepBackend::active_ranks() {
   comm_->refresh_active();
   at::Tensor t = comm_->active_ranks();
-  return t.narrow(0, 0, std::min<int64_t>(t.numel(), size_));
+  return t.narrow(0, 0, std::min<int64_t>(t.numel(), group_size_));
 }
 
 std::vector<int> MepBackend::peer_state(const std::vector<int64_t> &ranks) {
@@ -185,9 +186,9 @@ void MepBackend::extend_group_size_to(int size) {
   Comm::Use u(*comm_);
   if (!u) throw_closed("extend_group_size_to");
   int slots = mep_comm_size(u.get());
-  if (size < size_)
+  if (size < group_size_)
     throw_value("extend_group_size_to(" + std::to_string(size) +
-                "): the group has " + std::to_string(size_) +
+                "): the group has " + std::to_string(group_size_) +
                 " ranks and cannot shrink");
   if (size > slots)
     throw_value("extend_group_size_to(" + std::to_string(size) +
@@ -195,12 +196,15 @@ void MepBackend::extend_group_size_to(int size) {
                 " rank slots were admitted (recover_ranks admits the new "
                 "ranks first; max_size is " +
                 std::to_string(comm_->max_size()) + ")");
-  size_ = size;
+  group_size_ = size;
+#if MEP_C10D_SIZE_MUTABLE
+  size_ = size; /* getSize() follows where torch lets it */
+#endif
 }
 
 int MepBackend::slots() {
   Comm::Use u(*comm_);
-  return u ? mep_comm_size(u.get()) : size_;
+  return u ? mep_comm_size(u.get()) : group_size_;
 }
 
 uint64_t MepBackend::epoch() {

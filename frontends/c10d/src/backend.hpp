@@ -130,6 +130,9 @@ class MepBackend : public c10d::Backend {
     return scratch_->take(w, numel, st);
   }
 
+  // The group's size, which grows with extend_group_size_to (older torch
+  // keeps Backend::size_ const, so the shim has its own).
+  int group_size_;
   std::shared_ptr<Comm> comm_;
   std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
   std::chrono::milliseconds timeout_;

@@ -82,26 +82,26 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
   auto w = make_work(OpType::ALLTOALL_BASE, "mep:all_to_all_single",
                      what(op, input), {input}, {output});
   if (out_splits.empty() && in_splits.empty()) {
-    if (input.numel() != output.numel() || input.numel() % size_)
+    if (input.numel() != output.numel() || input.numel() % group_size_)
       throw_value(std::string(op) + ": the input has " + describe(input) +
                   " and the output " + describe(output) +
                   "; without split sizes both need the same number, "
-                  "divisible by " + std::to_string(size_));
+                  "divisible by " + std::to_string(group_size_));
     return issue(w, [&](MepWork &w) {
       w.keep(src);
       w.keep(dst);
       submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
         return mep_alltoall(c, data_of(src), data_of(dst),
-                            el.count / static_cast<size_t>(size_), el.dtype,
+                            el.count / static_cast<size_t>(group_size_), el.dtype,
                             r);
       });
       copy_back(w, output, dst);
     });
   }
   auto sl = std::make_shared<Layout>(
-      rows_layout(op, "input", input, in_splits, size_, row));
+      rows_layout(op, "input", input, in_splits, group_size_, row));
   auto rl = std::make_shared<Layout>(
-      rows_layout(op, "output", output, out_splits, size_, row));
+      rows_layout(op, "output", output, out_splits, group_size_, row));
   return issue(w, [&](MepWork &w) {
     w.keep(src);
     w.keep(dst);
@@ -119,9 +119,9 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
     const c10d::AllToAllOptions &) {
   const char *op = "all_to_all";
   require_host(op, mem_path(op, concat(inputs, outputs)));
-  check_count(op, "the input list", inputs.size(), static_cast<size_t>(size_));
+  check_count(op, "the input list", inputs.size(), static_cast<size_t>(group_size_));
   check_count(op, "the output list", outputs.size(),
-              static_cast<size_t>(size_));
+              static_cast<size_t>(group_size_));
   const at::Tensor &like = inputs[0];
   for (const auto &t : concat(inputs, outputs))
     if (t.scalar_type() != like.scalar_type())
@@ -132,7 +132,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
   auto sl = std::make_shared<Layout>();
   auto rl = std::make_shared<Layout>();
   size_t soff = 0, roff = 0;
-  for (int r = 0; r < size_; r++) {
+  for (int r = 0; r < group_size_; r++) {
     size_t sc = elems_of(inputs[r], el.dtype), rc = elems_of(outputs[r], el.dtype);
     sl->counts.push_back(sc);
     sl->displs.push_back(soff);
@@ -146,7 +146,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
                      std::string(op) + " of " + std::to_string(total_numel(inputs)) +
                          " " + dtype_name(like.scalar_type()) +
                          " elements (rank " + std::to_string(rank_) + " of " +
-                         std::to_string(size_) + ")",
+                         std::to_string(group_size_) + ")",
                      inputs, outputs);
   return issue(w, [&](MepWork &w) {
     at::Tensor src = flatten_into(

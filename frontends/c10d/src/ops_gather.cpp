@@ -18,14 +18,14 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather(
   require_host(op, mem_path(op, concat(inputs, outs)));
   at::Tensor in = inputs[0];
   check_count(op, "the output tensor list", outs.size(),
-              static_cast<size_t>(size_));
+              static_cast<size_t>(group_size_));
   check_same(op, "output", outs, in);
   Elems el = move_elems(in);
   at::Tensor src = contiguous_or_copy(in);
   auto w = make_work(OpType::ALLGATHER, "mep:all_gather", what(op, in),
                      inputs, outs);
   return issue(w, [&](MepWork &w) {
-    at::Tensor flat = scratch(w, size_ * in.numel(), in.scalar_type());
+    at::Tensor flat = scratch(w, group_size_ * in.numel(), in.scalar_type());
     w.keep(src);
     w.keep(flat);
     submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
@@ -40,9 +40,9 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather(
 void MepBackend::gather_into(MepWork &w, const char *op, at::Tensor &out,
                              at::Tensor &in) {
   if (out.scalar_type() != in.scalar_type() ||
-      out.numel() != size_ * in.numel())
+      out.numel() != group_size_ * in.numel())
     throw_value(std::string(op) + ": the output has " + describe(out) +
-                ", expected " + std::to_string(size_) + " x " + describe(in));
+                ", expected " + std::to_string(group_size_) + " x " + describe(in));
   Elems el = move_elems(in);
   at::Tensor src = contiguous_or_copy(in);
   at::Tensor dst = contiguous_or_copy(out);
@@ -70,7 +70,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather_into_tensor_coalesced(
   const char *op = "all_gather_into_tensor_coalesced";
   require_host(op, mem_path(op, concat(inputs, outputs)));
   check_count(op, "the output list", outputs.size(), inputs.size());
-  auto w = make_work(OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+  auto w = make_work(kAllgatherIntoTensorCoalesced,
                      "mep:all_gather_into_tensor_coalesced",
                      std::string(op) + " of " + std::to_string(inputs.size()) +
                          " tensors (rank " + std::to_string(rank_) + ")",
@@ -94,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::gather(
     check_count(op, "the output list", outputs.size(), 1);
     outs = outputs[0];
     check_count(op, "the gather list", outs.size(),
-                static_cast<size_t>(size_));
+                static_cast<size_t>(group_size_));
     check_same(op, "gather_list", outs, in);
   }
   require_host(op, mem_path(op, concat(inputs, outs)));
@@ -104,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::gather(
                      outs);
   return issue(w, [&](MepWork &w) {
     at::Tensor flat;
-    if (rank_ == root) flat = scratch(w, size_ * in.numel(), in.scalar_type());
+    if (rank_ == root) flat = scratch(w, group_size_ * in.numel(), in.scalar_type());
     w.keep(src);
     if (flat.defined()) w.keep(flat);
     submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
@@ -130,7 +130,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::scatter(
     check_count(op, "the input list", inputs.size(), 1);
     ins = inputs[0];
     check_count(op, "the scatter list", ins.size(),
-                static_cast<size_t>(size_));
+                static_cast<size_t>(group_size_));
     check_same(op, "scatter_list", ins, out);
   }
   require_host(op, mem_path(op, concat(outputs, ins)));

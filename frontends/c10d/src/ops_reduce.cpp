@@ -77,7 +77,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allreduce_coalesced(
   }
   std::string desc = std::string(op) + " of " + std::to_string(tensors.size()) +
                      " tensors, " + std::to_string(total) + " elements (rank " +
-                     std::to_string(rank_) + " of " + std::to_string(size_) +
+                     std::to_string(rank_) + " of " + std::to_string(group_size_) +
                      ")";
   auto w = make_work(OpType::ALLREDUCE_COALESCED, "mep:all_reduce_coalesced",
                      desc, tensors, tensors);
@@ -140,7 +140,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::barrier(
     const c10d::BarrierOptions &) {
   auto w = make_work(OpType::BARRIER, "mep:barrier",
                      "barrier (rank " + std::to_string(rank_) + " of " +
-                         std::to_string(size_) + ")",
+                         std::to_string(group_size_) + ")",
                      {}, {});
   return issue(w, [&](MepWork &w) {
     submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {

@@ -19,7 +19,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::reduce_scatter(
   require_host(op, mem_path(op, concat(outputs, ins)));
   at::Tensor out = outputs[0];
   check_count(op, "the input tensor list", ins.size(),
-              static_cast<size_t>(size_));
+              static_cast<size_t>(group_size_));
   check_same(op, "input", ins, out);
   Elems el = reduce_elems(op, out, opts.reduceOp);
   mep_op_t rop = reduce_op(op, opts.reduceOp, out.scalar_type());
@@ -43,9 +43,9 @@ void MepBackend::reduce_scatter_into(MepWork &w, const char *op,
                                      at::Tensor &out, at::Tensor &in,
                                      const c10d::ReduceOp &rop) {
   if (out.scalar_type() != in.scalar_type() ||
-      in.numel() != size_ * out.numel())
+      in.numel() != group_size_ * out.numel())
     throw_value(std::string(op) + ": the input has " + describe(in) +
-                ", expected " + std::to_string(size_) + " x " +
+                ", expected " + std::to_string(group_size_) + " x " +
                 describe(out));
   Elems el = reduce_elems(op, out, rop);
   mep_op_t mop = reduce_op(op, rop, out.scalar_type());
@@ -78,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::reduce_scatter_tensor_coalesced(
   const char *op = "reduce_scatter_tensor_coalesced";
   require_host(op, mem_path(op, concat(inputs, outputs)));
   check_count(op, "the output list", outputs.size(), inputs.size());
-  auto w = make_work(OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+  auto w = make_work(kReduceScatterTensorCoalesced,
                      "mep:reduce_scatter_tensor_coalesced",
                      std::string(op) + " of " + std::to_string(inputs.size()) +
                          " tensors (rank " + std::to_string(rank_) + ")",

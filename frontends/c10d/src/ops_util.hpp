@@ -10,6 +10,18 @@
 
 namespace mep_c10d {
 
+// Work types of the coalesced tensor collectives, which older torch lacks
+// (meson defines MEP_C10D_HAVE_TENSOR_COALESCED where it has them).
+#if MEP_C10D_HAVE_TENSOR_COALESCED
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced =
+    c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced =
+    c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#else
+constexpr c10d::OpType kAllgatherIntoTensorCoalesced = c10d::OpType::COALESCED;
+constexpr c10d::OpType kReduceScatterTensorCoalesced = c10d::OpType::COALESCED;
+#endif
+
 // After success, copies the staging buffer back into the user's tensor
 // (nothing when the core worked on the user's tensor itself).
 inline void copy_back(MepWork &w, const at::Tensor &dst,
