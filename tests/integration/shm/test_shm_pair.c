@@ -45,6 +45,31 @@
 #define KILL_REPORT_MS 1000
 
 static const mep_transport_t *tp;
+
+/* A plugin progresses only inside poll(), so a rank waiting on the socket
+ * for the other keeps polling its context (its last signals may still sit
+ * in its send queue); what that returns waits here for the next poll. */
+static void *drive_ctx;
+static mep_tp_completion_t pending[4096];
+static int npending;
+
+static int poll_tp(void *ctx, mep_tp_completion_t *out, int max) {
+  int n = npending < max ? npending : max;
+  memcpy(out, pending, (size_t)n * sizeof *out);
+  memmove(pending, pending + n, (size_t)(npending - n) * sizeof *pending);
+  npending -= n;
+  if (n == max) return n;
+  int got = tp->poll(ctx, out + n, max - n);
+  return got < 0 ? got : n + got;
+}
+
+static void drive(void) {
+  if (!drive_ctx || npending == (int)(sizeof pending / sizeof *pending))
+    return;
+  int got = tp->poll(drive_ctx, pending + npending,
+                     (int)(sizeof pending / sizeof *pending) - npending);
+  if (got > 0) npending += got;
+}
 static uint64_t seed;
 static int my_rank = -1;
 static char last_error[1024];
@@ -172,7 +197,8 @@ static void recv_all(int fd, void *buf, size_t len) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int left = (int)(deadline - now_ms());
     CHECK(left > 0, "no message from the other rank within %d ms", WAIT_MS);
-    if (poll(&pfd, 1, left) <= 0) continue;
+    drive();
+    if (poll(&pfd, 1, drive_ctx ? 1 : left) <= 0) continue;
     ssize_t n = recv(fd, p, len, 0);
     if (n < 0 && errno == EINTR) continue;
     CHECK(n > 0, "the other rank hung up (%s)", n ? strerror(errno) : "EOF");
@@ -253,7 +279,7 @@ static void wait_round(pair_t *p, uint64_t first, int n, size_t off,
   int64_t deadline = now_ms() + WAIT_MS;
   for (;;) {
     mep_tp_completion_t c[16];
-    int got = tp->poll(p->ctx, c, 16);
+    int got = poll_tp(p->ctx, c, 16);
     CHECK(got >= 0, "poll returned %d", got);
     for (int i = 0; i < got; i++) {
       uint64_t k = c[i].token - first;
@@ -436,7 +462,7 @@ static void round_kill(pair_t *p, pid_t victim) {
   int64_t t0 = 0, reported = -1, deadline = now_ms() + WAIT_MS;
   while (reported < 0 || t0 == 0) {
     mep_tp_completion_t c[8];
-    int got = tp->poll(p->ctx, c, 8);
+    int got = poll_tp(p->ctx, c, 8);
     CHECK(got >= 0, "poll returned %d", got);
     for (int i = 0; i < got; i++) {
       CHECK(c[i].peer == p->peer, "completion names peer %d", c[i].peer);
@@ -477,7 +503,7 @@ static void round_kill(pair_t *p, pid_t victim) {
         "the last 64 MiB write reported %d although the peer died",
         status[N - 1]);
   mep_tp_completion_t c[4];
-  CHECK(tp->poll(p->ctx, c, 4) == 0, "completions after the failure");
+  CHECK(poll_tp(p->ctx, c, 4) == 0, "completions after the failure");
   expect_refused(tp->write(p->ep, p->src_mr, 0, p->dst_rmr, 0, 8, 1),
                  MEP_ERR_PEER_FAILED, "write to the dead peer");
   expect_refused(tp->signal(p->ep, p->sig_rmr, 8, 1, MEP_SIGNAL_ADD),
@@ -490,12 +516,12 @@ static int wait_report(pair_t *p, uint64_t token) {
   int64_t deadline = now_ms() + WAIT_MS;
   for (;;) {
     mep_tp_completion_t c[8];
-    int got = tp->poll(p->ctx, c, 8);
+    int got = poll_tp(p->ctx, c, 8);
     CHECK(got >= 0, "poll returned %d", got);
     for (int i = 0; i < got; i++) {
       CHECK(c[i].peer == p->peer, "completion names peer %d", c[i].peer);
       if (c[i].token == MEP_TP_TOKEN_NONE) {
-        CHECK(tp->poll(p->ctx, c, 8) == 0, "completions after the report");
+        CHECK(poll_tp(p->ctx, c, 8) == 0, "completions after the report");
         return c[i].status;
       }
       CHECK(c[i].token == token, "unexpected token %llu",
@@ -519,7 +545,7 @@ static void round_close(pair_t *p, int closer, int round) {
     CHECK(tp->signal(p->ep, p->sig_rmr, 8, 1, MEP_SIGNAL_ADD) == 0, "ADD");
     for (int64_t deadline = now_ms() + WAIT_MS;;) {
       mep_tp_completion_t c[1];
-      int got = tp->poll(p->ctx, c, 1);
+      int got = poll_tp(p->ctx, c, 1);
       if (got == 1) {
         CHECK(c[0].token == 77 && c[0].status == 0, "last write: %d",
               c[0].status);
@@ -529,7 +555,7 @@ static void round_close(pair_t *p, int closer, int round) {
     }
     CHECK(tp->close(p->ep) == 0, "close");
     mep_tp_completion_t c[1];
-    CHECK(tp->poll(p->ctx, c, 1) == 0, "completions after our own close");
+    CHECK(poll_tp(p->ctx, c, 1) == 0, "completions after our own close");
     expect_refused(tp->write(p->ep, p->src_mr, 0, p->dst_rmr, 0, 8, 1),
                    MEP_ERR_CLOSED, "write on a closed endpoint");
   } else {
@@ -621,6 +647,7 @@ static void teardown(pair_t *p) {
   CHECK(tp->dereg(p->ctx, p->src_mr) == 0, "dereg src");
   CHECK(tp->dereg(p->ctx, p->dst_mr) == 0, "dereg dst");
   CHECK(tp->dereg(p->ctx, p->sig_mr) == 0, "dereg sig");
+  drive_ctx = NULL;
   CHECK(tp->fini(p->ctx) == 0, "fini");
   CHECK(tp->fini(p->ctx) == 0, "second fini");
   free(p->src);
@@ -655,6 +682,7 @@ static void rank_main(int rank, int fd, const uint8_t *secret, int ending,
   CHECK(tp->reachable(p.ctx, p.peer, peer_blob, n, why, sizeof(why)) == 1,
         "peer not reachable: %s", why);
   CHECK(tp->connect(p.ctx, p.peer, peer_blob, n, &p.ep) == 0, "connect");
+  drive_ctx = p.ctx;
   void *dup;
   CHECK(tp->connect(p.ctx, p.peer, peer_blob, n, &dup) == MEP_ERR_INVALID,
         "second connect to a connected peer");
