@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The c10d benchmark (scripts/bench-c10d.py: mep against gloo in the same
 # run) on a quiet many-core machine: builds the backend against the torch
-# of its python3 in build-dev-c10d (inih from .carry/inih when the system
-# has none) and writes the table to ${OUT:-/tmp}/bench-c10d.md.
+# of its python3 in build-dev-c10d (inih from .carry/inih, made by
+# scripts/carry-inih.sh, when the system has none) and writes the table to
+# ${OUT:-/tmp}/bench-c10d.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if ! pkg-config --exists inih 2>/dev/null; then

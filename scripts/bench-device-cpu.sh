@@ -2,7 +2,8 @@
 # CPU-side measurements on a quiet many-core machine (the device machine of
 # docs/perf.md): the cost of [core] agreement on small all-reduces, and the
 # time from a lost rank to the survivors' completion. Builds without tests
-# in build-dev, with inih from .carry/inih when the system has none.
+# in build-dev, with inih from .carry/inih (scripts/carry-inih.sh) when the
+# system has none.
 # Writes the full output to ${OUT:-/tmp}/bench-device-cpu.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
