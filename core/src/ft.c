@@ -269,6 +269,15 @@ void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
   mark_all(comm);
 }
 
+/* A new agreement starts with no coordinator chosen, so the one chosen
+ * next sends a fresh query (run_agreement). */
+static void enter_agreement(mep_comm_t *comm) {
+  mep__ft_t *ft = comm->ft;
+  if (ft->agreeing || ft->excluded) return;
+  ft->agreeing = 1;
+  ft->coord = -1;
+}
+
 /* ----------------------------------------------------------- receiving */
 
 /* The latest snapshot of `from`, when a new complete one is there. */
@@ -299,11 +308,10 @@ static int receive(mep_comm_t *comm, int from) {
     mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
   } else if (h.epoch < ft->epoch) {
     ft->dirty[from] = 1; /* it is behind: tell it */
-  } else if ((h.flags & CTL_AGREE) && !ft->agreeing && !ft->excluded) {
-    ft->agreeing = 1;
-    ft->agree_since = mep__now_ms();
+  } else if ((h.flags & CTL_AGREE) && !ft->agreeing) {
     mep__debug("rank %d started an agreement at epoch %llu", from,
                (unsigned long long)ft->epoch);
+    enter_agreement(comm);
   }
   if ((h.flags & CTL_AGREE) && h.query) ft->dirty[from] = 1; /* answer */
   return 1;
@@ -341,14 +349,6 @@ static void watch(mep_comm_t *comm, int p, uint64_t now) {
 }
 
 /* -------------------------------------------------------- agreement */
-
-static void enter_agreement(mep_comm_t *comm) {
-  mep__ft_t *ft = comm->ft;
-  if (ft->agreeing || ft->excluded) return;
-  ft->agreeing = 1;
-  ft->agree_since = mep__now_ms();
-  ft->coord = -1;
-}
 
 /* Whether rank r, as seen by the coordinator, sees x alive. */
 static int sees(const mep_comm_t *comm, int r, int x) {

@@ -57,7 +57,7 @@ typedef struct mep__ft {
   uint8_t *views;          /* backing of ps[].view */
   int excluded, agreeing, coord, agreement;
   int proposed;            /* told the running agreement what it committed */
-  uint64_t agree_since, query, queries, probe_until, probe_ms;
+  uint64_t query, queries, probe_until, probe_ms;
   mep__ft_claim_t cl;
   /* the control channel */
   size_t slot;
