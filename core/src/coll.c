@@ -55,17 +55,6 @@ size_t mep__coll_two_shot(const mep_comm_t *comm) {
 
 /* ------------------------------------------------------------ set-up */
 
-static int import_all(mep_comm_t *comm, mep_region_t *r) {
-  const uint8_t *act = mep__ft_act(comm);
-  for (int p = 0; p < comm->size; p++) {
-    mep__remote_t *rem;
-    if (p == comm->rank || !act[p]) continue;
-    int rc = mep__region_remote(r, p, &rem);
-    if (rc) return rc;
-  }
-  return MEP_OK;
-}
-
 int mep__coll_init(mep_comm_t *comm) {
   int64_t chunk;
   int rc = mep__config_int(comm->cfg, "core", "chunk_bytes", 1 << 20, 4096,
@@ -110,8 +99,8 @@ int mep__coll_init(mep_comm_t *comm) {
 
 int mep__coll_connect(mep_comm_t *comm) {
   struct mep__coll *c = comm->coll;
-  int rc = import_all(comm, c->rr);
-  if (rc == MEP_OK) rc = import_all(comm, c->rg);
+  int rc = mep__region_import_active(c->rr, mep__ft_act(comm));
+  if (rc == MEP_OK) rc = mep__region_import_active(c->rg, mep__ft_act(comm));
   return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
 }
 

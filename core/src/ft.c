@@ -98,14 +98,9 @@ int mep__ft_init(mep_comm_t *comm) {
 
 int mep__ft_connect(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
-  for (int p = 0; p < comm->size; p++) {
-    mep__remote_t *rem;
-    if (p == comm->rank || !ft->act[p]) continue;
-    int rc = mep__region_remote(ft->rin, p, &rem);
-    if (rc == MEP_OK) rc = mep__region_remote(ft->rsig, p, &rem);
-    if (rc) return mep__err_wrap(rc, "control channel");
-  }
-  return MEP_OK;
+  int rc = mep__region_import_active(ft->rin, ft->act);
+  if (rc == MEP_OK) rc = mep__region_import_active(ft->rsig, ft->act);
+  return rc ? mep__err_wrap(rc, "control channel") : MEP_OK;
 }
 
 void mep__ft_fini(mep_comm_t *comm) {

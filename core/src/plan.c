@@ -106,26 +106,13 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
   return alen && blen && x < y + blen && y < x + alen;
 }
 
-/* An input that shares memory with the output (in place) is copied aside
- * when the collective starts (coll.c): the engine reads inputs after
+/* An input that shares memory with the output (in place) is marked to be
+ * copied aside when the collective starts (coll.c): the engine reads inputs after
  * writing outputs, and a collective run again over the survivors reads
  * them once more. */
-static int private_input(mep__coll_spec_t *s, const args_t *a,
-                         size_t sbytes, size_t rbytes) {
-  (void)a;
+static void private_input(mep__coll_spec_t *s, size_t sbytes,
+                          size_t rbytes) {
   if (overlap(s->send, sbytes, s->recv, rbytes)) s->copy_bytes = sbytes;
-  return MEP_OK;
-}
-
-/* Hands a validated collective to the engine, which builds its plan over
- * the ranks active when it starts (again after ranks were lost). */
-static int run(mep_comm_t *comm, mep__coll_spec_t *s, int rc,
-               mep_req_t **req) {
-  if (rc) {
-    mep__coll_spec_free(s);
-    return rc;
-  }
-  return mep__coll_start(comm, s, req);
 }
 
 /* First element of block b when `count` is split into n blocks (without
@@ -249,7 +236,8 @@ int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_ALLREDUCE, dtype, op, count, -1, send, recv);
-  return run(comm, &s, private_input(&s, &a, bytes, bytes), req);
+  private_input(&s, bytes, bytes);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
@@ -273,8 +261,8 @@ int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc == MEP_OK && a.me == root) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_REDUCE, dtype, op, count, root, send, recv);
-  if (a.me == root) rc = private_input(&s, &a, bytes, bytes);
-  return run(comm, &s, rc, req);
+  if (a.me == root) private_input(&s, bytes, bytes);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
@@ -311,7 +299,8 @@ int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1, send, recv);
-  return run(comm, &s, private_input(&s, &a, total, bytes), req);
+  private_input(&s, total, bytes);
+  return mep__coll_start(comm, &s, req);
 }
 
 /* ------------------------------------------------------------ copies */
@@ -371,7 +360,7 @@ int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
   if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root, buf, buf);
-  return run(comm, &s, MEP_OK, req);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
@@ -395,8 +384,8 @@ int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
   if (rc) return rc;
   spec_init(&s, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1, send, recv);
   uint8_t *mine = (uint8_t *)recv + (size_t)a.me * bytes;
-  if (send != mine) rc = private_input(&s, &a, bytes, total);
-  return run(comm, &s, rc, req);
+  if (send != mine) private_input(&s, bytes, total);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_alltoall(const args_t *a, const mep__coll_spec_t *s,
@@ -419,7 +408,8 @@ int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1, send, recv);
-  return run(comm, &s, private_input(&s, &a, total, total), req);
+  private_input(&s, total, total);
+  return mep__coll_start(comm, &s, req);
 }
 
 /* The extent of a v-layout: max over p of displ + count, in bytes. */
@@ -486,7 +476,8 @@ int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
   memcpy(s.v + n, sdispls, n * sizeof *s.v);
   memcpy(s.v + 2 * n, rcounts, n * sizeof *s.v);
   memcpy(s.v + 3 * n, rdispls, n * sizeof *s.v);
-  return run(comm, &s, private_input(&s, &a, sext, rext), req);
+  private_input(&s, sext, rext);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_gather(const args_t *a, const mep__coll_spec_t *s,
@@ -518,8 +509,8 @@ int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_GATHER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) rc = private_input(&s, &a, bytes, total);
-  return run(comm, &s, rc, req);
+  if (a.me == root) private_input(&s, bytes, total);
+  return mep__coll_start(comm, &s, req);
 }
 
 static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
@@ -553,8 +544,8 @@ int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) rc = private_input(&s, &a, total, bytes);
-  return run(comm, &s, rc, req);
+  if (a.me == root) private_input(&s, total, bytes);
+  return mep__coll_start(comm, &s, req);
 }
 
 /* Also the membership barrier of mep_comm_recover_ranks, whose kind and
@@ -574,7 +565,7 @@ int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
   int rc = check(&a, comm, "mep_barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
   spec_init(&s, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1, NULL, NULL);
-  return run(comm, &s, MEP_OK, req);
+  return mep__coll_start(comm, &s, req);
 }
 
 int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
@@ -583,7 +574,7 @@ int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
   int rc = check(&a, comm, "membership barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
   spec_init(&s, kind, MEP_UINT8, MEP_SUM, (size_t)tag, -1, NULL, NULL);
-  return run(comm, &s, MEP_OK, NULL);
+  return mep__coll_start(comm, &s, NULL);
 }
 
 /* ------------------------------------------------------ building plans */

@@ -185,6 +185,17 @@ static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
   return rc;
 }
 
+int mep__region_import_active(mep_region_t *r, const uint8_t *act) {
+  mep_comm_t *comm = r->comm;
+  for (int p = 0; p < comm->size; p++) {
+    mep__remote_t *rem;
+    if (p == comm->rank || !act[p]) continue;
+    int rc = mep__region_remote(r, p, &rem);
+    if (rc) return rc;
+  }
+  return MEP_OK;
+}
+
 void mep__region_forget(mep_region_t *r, int peer) {
   mep_comm_t *comm = r->comm;
   pthread_mutex_lock(&r->lock);

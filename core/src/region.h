@@ -26,6 +26,9 @@ struct mep_region {
 /* The peer's instance of `r`, imported on first use (waiting for the
  * peer's key in the store up to the communicator's timeout). */
 int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out);
+/* Imports every instance of `r` of the ranks with act[p] != 0 (itself
+ * aside) that is not imported yet, so later use never waits on the store. */
+int mep__region_import_active(mep_region_t *r, const uint8_t *act);
 /* Releases the import of `peer`'s instance (it was dropped, or a new
  * process replaces it); the next use imports afresh. */
 void mep__region_forget(mep_region_t *r, int peer);
