@@ -275,6 +275,17 @@ static void enter_agreement(mep_comm_t *comm) {
 
 /* ----------------------------------------------------------- receiving */
 
+/* Whether `act` holds a rank this side has not admitted. Only
+ * mep_comm_recover_ranks (or, for the joiner, the welcome) may make a rank
+ * active here: it connects to the rank first. An announcement of such an
+ * epoch is left alone; once this side sets that epoch itself, its own
+ * snapshots tell the announcer it is behind, and a later epoch comes again. */
+static int admits(const mep__ft_t *ft, const uint8_t *act, int n) {
+  for (int p = 0; p < n; p++)
+    if (act[p] && !ft->act[p]) return 1;
+  return 0;
+}
+
 /* The latest snapshot of `from`, when a new complete one is there. */
 static int receive(mep_comm_t *comm, int from) {
   mep__ft_t *ft = comm->ft;
@@ -300,7 +311,9 @@ static int receive(mep_comm_t *comm, int from) {
   }
   if (h.pong > ps->pong_seen) ps->pong_seen = h.pong;
   if (h.epoch > ft->epoch) {
-    mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
+    if (!admits(ft, ft->scratch + sizeof h, comm->max_size))
+      mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided,
+                    "announced");
   } else if (h.epoch < ft->epoch) {
     ft->dirty[from] = 1; /* it is behind: tell it */
   } else if ((h.flags & CTL_AGREE) && !ft->agreeing) {
@@ -478,4 +491,5 @@ void mep__ft_set_members(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
   if (committed > ft->decided) ft->decided = committed;
   ft->excluded = !act[comm->rank];
   publish_active(ft, comm->max_size);
+  mark_all(comm); /* a peer that announced a later epoch learns to resend */
 }

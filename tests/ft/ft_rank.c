@@ -190,18 +190,24 @@ static int check_states(ft_rank_t *R, const mep_peer_state_t *st) {
 }
 
 static void count_resources(ft_rank_t *R) {
-  int fds = ft_count_dir("/proc/self/fd");
+  int fds, store_fds;
+  ft_count_fds((int)ft_env_num("FT_STORE_PORT", 0), &fds, &store_fds);
   int threads = ft_count_dir("/proc/self/task");
   CHECK(fds > 0 && threads > 0, "cannot read /proc/self");
-  fprintf(R->report, "F %d %d %d\n", R->cycle, fds, threads);
+  fprintf(R->report, "F %d %d %d %d\n", R->cycle, fds, threads, store_fds);
+  /* The store's pool keeps one connection per thread that used it at the
+   * same time as another: the application's, the progress thread's, and
+   * the thread that claims an epoch. */
+  CHECK(store_fds <= threads + 1, "rank %d: %d connections to the store "
+        "with %d threads", R->rank, store_fds, threads);
   if (++R->recoveries == 1) {
     R->fds_first = fds;
     R->threads_first = threads;
   } else if (R->cycle == R->scen->cycles - 1) {
     CHECK(fds == R->fds_first && threads == R->threads_first,
           "rank %d: %d fds and %d threads after its first recovery, %d and "
-          "%d after %d", R->rank, R->fds_first, R->threads_first, fds,
-          threads, R->recoveries);
+          "%d after %d (connections to the store not counted)", R->rank,
+          R->fds_first, R->threads_first, fds, threads, R->recoveries);
     printf("rank %d: %d fds and %d threads after recovery 1 and %d\n",
            R->rank, fds, threads, R->recoveries);
   }

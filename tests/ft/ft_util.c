@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 long long ft_now_ms(void) {
   struct timespec ts;
@@ -40,6 +42,60 @@ int ft_count_dir(const char *path) {
     if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
   closedir(d);
   return n;
+}
+
+/* Adds to ino[] the inodes of the sockets in /proc/self/net/<file> whose
+ * remote port is `port`. */
+static int socks_to(const char *file, int port, unsigned long *ino, int n,
+                    int max) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/self/net/%s", file);
+  FILE *f = fopen(path, "r");
+  if (!f) return n;
+  while (n < max && fgets(line, sizeof line, f)) {
+    char rem[64];
+    unsigned rport;
+    unsigned long inode;
+    /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+    if (sscanf(line, "%*s %*s %63s %*s %*s %*s %*s %*s %*s %lu", rem,
+               &inode) != 2)
+      continue; /* the heading */
+    char *colon = strrchr(rem, ':');
+    if (colon && sscanf(colon + 1, "%x", &rport) == 1 &&
+        (int)rport == port && inode)
+      ino[n++] = inode;
+  }
+  fclose(f);
+  return n;
+}
+
+void ft_count_fds(int port, int *fds, int *to_port) {
+  unsigned long ino[256];
+  int nino = socks_to("tcp", port, ino, 0, 256);
+  nino = socks_to("tcp6", port, ino, nino, 256);
+  *fds = *to_port = 0;
+  DIR *d = opendir("/proc/self/fd");
+  CHECK(d != NULL, "cannot read /proc/self/fd");
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t len = readlink(path, target, sizeof target - 1);
+    unsigned long inode = 0;
+    int mine = 0;
+    if (len > 0) {
+      target[len] = '\0';
+      if (sscanf(target, "socket:[%lu]", &inode) == 1)
+        for (int i = 0; i < nino; i++) mine |= ino[i] == inode;
+    }
+    if (mine)
+      ++*to_port;
+    else
+      ++*fds;
+  }
+  closedir(d);
+  --*fds; /* the directory's own */
 }
 
 long long ft_env_num(const char *name, long long dflt) {

@@ -20,6 +20,11 @@ void *ft_xcalloc(size_t n, size_t size);
 /* Entries of a /proc directory other than "." and "..", or -1. */
 int ft_count_dir(const char *path);
 
+/* The open file descriptors of this process: sockets connected to the
+ * TCP port `port` in *to_port (the store's connection pool, which grows
+ * with the threads that use it at once), all others in *fds. */
+void ft_count_fds(int port, int *fds, int *to_port);
+
 /* $name as a number, or dflt when unset; exits on garbage. */
 long long ft_env_num(const char *name, long long dflt);
 /* $name, exits naming it when unset. */
