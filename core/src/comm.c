@@ -15,6 +15,7 @@
 #include "error.h"
 #include "log.h"
 #include "coll.h"
+#include "cudapath.h"
 #include "ft.h"
 #include "p2p.h"
 #include "plugin.h"
@@ -271,15 +272,29 @@ int mep__comm_fetch_card(mep_comm_t *comm, int peer, mep__card_t *card) {
 /* ---------------------------------------------------------------- routes */
 
 static int tp_index(const mep_comm_t *comm, const char *name) {
-  for (int i = 0; i < comm->ntps; i++)
-    if (strcmp(comm->tps[i].name, name) == 0) return i;
+  for (int i = 0; i < comm->ntps; i++) /* an unloaded one has no name */
+    if (comm->tps[i].name && strcmp(comm->tps[i].name, name) == 0) return i;
   return -1;
 }
 
 static int reach_cb(void *arg, const char *name, int peer,
                     const mep__card_tp_t *peer_tp, char *why, size_t why_len) {
   mep_comm_t *comm = arg;
-  mep__tp_t *tp = &comm->tps[tp_index(comm, name)];
+  int t = tp_index(comm, name);
+  if (t < 0 || !comm->tps[t].ctx) { /* closed: no peer used it */
+    snprintf(why, why_len, "%s is not running on this rank", name);
+    return 0;
+  }
+  mep__tp_t *tp = &comm->tps[t];
+  /* A route carries the core's own host memory (staging, rings, the
+   * control channel); a transport of device memory only serves the CUDA
+   * kernel path (cuda_kpath.c). Both sides load the same plugin, so both
+   * see the same props. */
+  if (!(tp->props.mem_kinds & MEP_TP_MEM_HOST)) {
+    snprintf(why, why_len, "%s carries CUDA memory only (it serves the "
+             "CUDA collectives, not the route)", name);
+    return 0;
+  }
   return tp->vt->reachable(tp->ctx, peer, peer_tp->addr, peer_tp->addr_len,
                            why, why_len);
 }
@@ -347,11 +362,14 @@ static int connect_all(mep_comm_t *comm, mep__card_t *cards) {
   return MEP_OK;
 }
 
-/* Transports no peer uses are closed right away. */
+/* Transports no peer uses are closed right away, but for one that runs
+ * and carries CUDA memory: the CUDA kernel path may use it later. */
 static void drop_unused(mep_comm_t *comm) {
-  for (int i = 0; i < comm->ntps; i++)
-    if (!comm->tps[i].used && comm->tps[i].plugin)
-      unload_transport(&comm->tps[i]);
+  for (int i = 0; i < comm->ntps; i++) {
+    mep__tp_t *tp = &comm->tps[i];
+    int device = tp->ctx && (tp->props.mem_kinds & MEP_TP_MEM_CUDA);
+    if (!tp->used && tp->plugin && !device) unload_transport(tp);
+  }
 }
 
 /* ---------------------------------------------------------------- create */
@@ -482,6 +500,7 @@ int mep_comm_destroy(mep_comm_t *comm) {
   if (!comm) return MEP_OK;
   mep__progress_stop(comm);
   mep__engine_close(comm);
+  mep__cuda_fini(comm);
   /* Endpoints close before regions go: a peer's late credit or signal must
    * not arrive for a region that no longer exists (the transport would take
    * it for an attack). */

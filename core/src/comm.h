@@ -75,6 +75,7 @@ struct mep_comm {
   struct mep__coll *coll; /* collective staging (coll.c) */
   struct mep__p2p *p2p;   /* point-to-point rings (p2p.c) */
   struct mep__ft *ft;     /* active set, control channel (ft.c) */
+  struct mep__cuda *cuda; /* CUDA collectives (cuda_*.c), NULL until used */
 };
 
 /* Marks `peer` failed with `code` (first failure wins) and logs it once. */

@@ -58,6 +58,15 @@ static const mep__config_key_t table[] = {
      "adaptive|spin|blocking",
      "how the progress thread waits: spin, then sleep (adaptive), always "
      "spin, or always sleep"},
+    {"core", "cuda_path", "auto", MEP__CFG_CHOICE, 0, 0,
+     "auto|kernel|staged",
+     "CUDA collectives: kernels on the peers' memory where every peer is "
+     "reached over nvlink (auto, or kernel: fail otherwise), or always "
+     "through pinned host memory and the routed transports (staged)"},
+    {"core", "cuda_workspace_bytes", "33554432", MEP__CFG_INT, 1048576, TIB,
+     NULL,
+     "device memory each rank shares with its peers for the CUDA "
+     "collective kernels; larger messages go in rounds of this size"},
     {"core", "log_level", "warn", MEP__CFG_CHOICE, 0, 0,
      "error|warn|info|debug|trace", "log level when MEP_LOG is not set"},
     {"tcp", "ifname", "", MEP__CFG_STRING, 0, 0, NULL,
@@ -77,6 +86,8 @@ static const mep__config_key_t table[] = {
      "GID table index (3 is RoCE v2 on most systems)"},
     {"nvlink", "enable", "1", MEP__CFG_INT, 0, 1, NULL,
      "0 turns the nvlink transport off"},
+    {"nvlink", "enable_peer_access", "1", MEP__CFG_INT, 0, 1, NULL,
+     "1 enables CUDA peer access between the GPUs of connected ranks"},
     {"ibgda", "qps_per_peer", "4", MEP__CFG_INT, 1, 1024, NULL,
      "queue pairs per peer that GPU kernels post to"},
     {"shm", "ring_bytes", "4194304", MEP__CFG_INT, 1, TIB, NULL,

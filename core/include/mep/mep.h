@@ -468,6 +468,51 @@ MEP_API int mep_send(mep_comm_t *comm, const void *buf, size_t bytes, int peer,
 MEP_API int mep_recv(mep_comm_t *comm, void *buf, size_t bytes, int peer,
                      int tag, mep_req_t **req);
 
+/* ------------------------------------------------------------ CUDA tensors
+ * The collectives below work on CUDA memory of the calling thread's
+ * current device and are ordered on `stream` (a cudaStream_t passed as
+ * void *; NULL is the legacy default stream). They enqueue the work and
+ * return without waiting for the GPU; the stream's later work sees the
+ * result. Every rank calls them in the same order as its other
+ * collectives of the communicator.
+ *  - Between GPUs of one host that reach each other (the nvlink
+ *    transport), kernels read and write the peers' buffers directly; these
+ *    launches may be captured in a CUDA graph and replayed.
+ *  - Otherwise the data goes through pinned host memory and the host
+ *    collective over the routed transports: the stream waits on a mapped
+ *    flag (a stream memory operation), the calling thread does not block.
+ *    Not capturable (MEP_ERR_UNSUPPORTED while the stream captures).
+ * req (optional): finishes once the collective's outcome is known; its
+ * status is that of the host collectives (MEP_OK_DEGRADED with the dropped
+ * ranks after a fault). Without req, a fault shows in the next call and in
+ * mep_comm_active. A peer that stops answering inside a kernel is marked
+ * inactive after [core] timeout_ms; nothing waits forever.
+ * MEP_ERR_UNSUPPORTED when libmep was built without CUDA or no GPU is
+ * usable; MEP_ERR_INVALID for host pointers. */
+
+/* 1 when this libmep was built with CUDA and sees a GPU, else 0. */
+MEP_API int mep_cuda_available(void);
+/* Which path the CUDA collectives of comm take now: "kernel" or "staged",
+ * or NULL (no CUDA). Collective: the first call sets the kernel path up. */
+MEP_API const char *mep_cuda_path(mep_comm_t *comm);
+
+MEP_API int mep_allreduce_cuda(mep_comm_t *comm, const void *send, void *recv,
+                               size_t count, mep_dtype_t dtype, mep_op_t op,
+                               void *stream, mep_req_t **req);
+MEP_API int mep_allgather_cuda(mep_comm_t *comm, const void *send,
+                               void *recv, size_t count, mep_dtype_t dtype,
+                               void *stream, mep_req_t **req);
+MEP_API int mep_reduce_scatter_cuda(mep_comm_t *comm, const void *send,
+                                    void *recv, size_t count,
+                                    mep_dtype_t dtype, mep_op_t op,
+                                    void *stream, mep_req_t **req);
+MEP_API int mep_alltoall_cuda(mep_comm_t *comm, const void *send, void *recv,
+                              size_t count, mep_dtype_t dtype, void *stream,
+                              mep_req_t **req);
+MEP_API int mep_broadcast_cuda(mep_comm_t *comm, void *buf, size_t count,
+                               mep_dtype_t dtype, int root, void *stream,
+                               mep_req_t **req);
+
 #ifdef __cplusplus
 }
 #endif

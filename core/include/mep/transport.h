@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 1
+#define MEP_TRANSPORT_ABI_MINOR 2
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -203,6 +203,14 @@ typedef struct mep_transport {
    * called for that rank again (then the old ep is gone for good). */
   int (*close)(mep_tp_ep_t *ep);
   int (*fini)(mep_tp_ctx_t *ctx);
+
+  /* ABI 1.2. Optional (NULL; required when dev_kind is MEP_DEV_PTR): the
+   * address at which a kernel on this process's current GPU loads from and
+   * stores to the first byte of the imported region rmr. Valid until
+   * unimport. Plain loads and stores through it reach the peer's memory;
+   * they are ordered against the peer's kernels only by the kernels' own
+   * fences (__threadfence_system) and flags. */
+  int (*map)(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void **dev_ptr);
 } mep_transport_t;
 
 /* ---------------------------------------------------- for plugin hosts

@@ -201,13 +201,16 @@ static void test_defaults(void) {
       {"verbs", "devices", ""},
       {"verbs", "gid_index", "3"},
       {"nvlink", "enable", "1"},
+      {"nvlink", "enable_peer_access", "1"},
+      {"core", "cuda_path", "auto"},
+      {"core", "cuda_workspace_bytes", "33554432"},
       {"ibgda", "qps_per_peer", "4"},
       {"shm", "ring_bytes", "4194304"},
       {"CORE", "Timeout_MS", "30000"},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK_STR(mep_config_default(want[i][0], want[i][1]), want[i][2]);
-  CHECK(mep__config_key_count() == 21, "table has %zu keys, want 21",
+  CHECK(mep__config_key_count() == 24, "table has %zu keys, want 24",
         mep__config_key_count());
   CHECK(mep_config_default("peer 3", "transport") == NULL, "peer default");
   CHECK(mep__config_key_find("peer 3", "transport") != NULL, "peer key");

@@ -1,0 +1,109 @@
+/* dc_allreduce.cu - all-reduce over the mapped workspaces.
+ *
+ * One-shot: every rank stages its input in its own workspace, one barrier,
+ * then every rank reduces all ranks' staged data itself (n x the reads,
+ * one barrier: for small sizes). Two-shot: after the staging barrier each
+ * rank reduces only its share, publishes it in its workspace's result
+ * area, a second barrier, then every rank gathers the others' shares (each
+ * byte read about twice: for large sizes). Shares are dealt among the
+ * ranks that passed the first barrier; a share whose owner vanished
+ * before the second barrier is reduced by every rank itself, in the same
+ * rank order, so the results stay identical. */
+#include "dc_host.h"
+
+template <class T, int OP>
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_oneshot(DcCtx c, const char *send, char *recv, size_t n) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  constexpr size_t S = sizeof(typename T::St);
+  size_t lo, hi;
+  dc_part(n, 16 / S, &lo, &hi);
+  dc_copy(dc_buf(c, sb, c.rank) + lo * S, send + lo * S, (hi - lo) * S);
+  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
+  int k = dc_sources(c, sb, m, 0);
+  dc_reduce_range<T, OP>(sb, k, recv, nullptr, lo, hi);
+  dc_end(c, sb);
+}
+
+template <class T, int OP>
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_twoshot(DcCtx c, const char *send, char *recv, size_t n) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  constexpr size_t S = sizeof(typename T::St);
+  constexpr size_t E = 16 / S;
+  size_t lo, hi;
+  dc_part(n, E, &lo, &hi);
+  dc_copy(dc_buf(c, sb, c.rank) + lo * S, send + lo * S, (hi - lo) * S);
+  unsigned int m0 = dc_barrier(c, sb, 0, sb.start_mask);
+  int k = dc_sources(c, sb, m0, 0);
+  int me = __popc(m0 & ((1u << c.rank) - 1));
+  size_t slo, shi;
+  dc_split(lo, hi, E, k, me, &slo, &shi);
+  dc_reduce_range<T, OP>(sb, k, recv, dc_buf(c, sb, c.rank) + c.chunk, slo,
+                         shi);
+  unsigned int m1 = dc_barrier(c, sb, 1, m0);
+  for (int r = 0, j = 0; r < c.nranks; ++r) {
+    if (!((m0 >> r) & 1u)) continue;
+    int pos = j++;
+    if (r == c.rank) continue;
+    dc_split(lo, hi, E, k, pos, &slo, &shi);
+    if ((m1 >> r) & 1u)
+      dc_copy(recv + slo * S, dc_buf(c, sb, r) + c.chunk + slo * S,
+              (shi - slo) * S);
+    else
+      dc_reduce_range<T, OP>(sb, k, recv, nullptr, slo, shi);
+  }
+  dc_end(c, sb);
+}
+
+template <class T, int OP> struct DcAllreduce {
+  static int run(const mep__dc_group_t *g, const DcCtx *c, const char *send,
+                 char *recv, size_t count, int two, cudaStream_t st) {
+    constexpr size_t S = sizeof(typename T::St);
+    size_t per = c->chunk / S;
+    for (size_t off = 0; off < count; off += per) {
+      size_t n = count - off < per ? count - off : per;
+      int nb = dc_blocks(g, n * S);
+      if (two)
+        dc_k_twoshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send + off * S,
+                                                      recv + off * S, n);
+      else
+        dc_k_oneshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send + off * S,
+                                                      recv + off * S, n);
+      int rc = dc_launch_result(g, "allreduce");
+      if (rc) return rc;
+    }
+    return 0;
+  }
+};
+
+extern "C" int mep__dc_allreduce(const mep__dc_group_t *g, const void *send,
+                                 void *recv, size_t count, mep_dtype_t dt,
+                                 mep_op_t op, int algo, void *stream) {
+  const char *what = "allreduce";
+  int rc = dc_check_reduction(what, dt, op, 0);
+  if (rc) return rc;
+  if (algo < 0 || algo > 2)
+    return dc_fail(MEP_ERR_INVALID,
+                   "devcoll: allreduce: unknown algorithm %d (0 auto, 1 "
+                   "one-shot, 2 two-shot)",
+                   algo);
+  DcCtx c;
+  rc = dc_prepare(g, what, &c);
+  if (rc) return rc;
+  size_t bytes;
+  rc = dc_mul(what, count, dc_dtype_size(dt), &bytes);
+  if (rc) return rc;
+  if (count == 0) return 0;
+  if (!send || !recv)
+    return dc_fail(MEP_ERR_INVALID,
+                   "devcoll: allreduce on rank %d: %zu elements with send %p "
+                   "and recv %p",
+                   g->rank, count, send, recv);
+  int two = algo == 2 || (algo == 0 && bytes > MEP__DC_ONESHOT_MAX);
+  return dc_dispatch<DcAllreduce>(dt, op, g, (const DcCtx *)&c,
+                                  (const char *)send, (char *)recv, count,
+                                  two, (cudaStream_t)stream);
+}

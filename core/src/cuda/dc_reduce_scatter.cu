@@ -1,0 +1,70 @@
+/* dc_reduce_scatter.cu - reduce-scatter over the mapped workspaces: every
+ * rank stages the pieces of all slices of a round, one barrier, then each
+ * rank reduces its own slice from every active rank's staged piece. */
+#include "dc_host.h"
+
+/* send: slice r's piece at send + r * cpr elements; staged at r * stride
+ * elements (stride keeps every staged piece 16-byte aligned). */
+template <class T, int OP>
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_reduce_scatter(DcCtx c, const char *send, char *recv, size_t piece,
+                        size_t stride, size_t cpr) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  constexpr size_t S = sizeof(typename T::St);
+  size_t lo, hi;
+  dc_part(piece, 16 / S, &lo, &hi);
+  char *stage = dc_buf(c, sb, c.rank);
+  for (int r = 0; r < c.nranks; ++r)
+    if ((sb.start_mask >> r) & 1u)
+      dc_copy(stage + (r * stride + lo) * S, send + (r * cpr + lo) * S,
+              (hi - lo) * S);
+  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
+  int k = dc_sources(c, sb, m, c.rank * stride * S);
+  dc_reduce_range<T, OP>(sb, k, recv, nullptr, lo, hi);
+  dc_end(c, sb);
+}
+
+template <class T, int OP> struct DcReduceScatter {
+  static int run(const mep__dc_group_t *g, const DcCtx *c, const char *send,
+                 char *recv, size_t cpr, cudaStream_t st) {
+    constexpr size_t S = sizeof(typename T::St);
+    constexpr size_t E = 16 / S;
+    size_t per = c->chunk / S / (size_t)g->nranks / E * E;
+    for (size_t off = 0; off < cpr; off += per) {
+      size_t n = cpr - off < per ? cpr - off : per;
+      size_t stride = (n + E - 1) / E * E;
+      int nb = dc_blocks(g, n * S * (size_t)g->nranks);
+      dc_k_reduce_scatter<T, OP><<<nb, DC_THREADS, 0, st>>>(
+          *c, send + off * S, recv + off * S, n, stride, cpr);
+      int rc = dc_launch_result(g, "reduce_scatter");
+      if (rc) return rc;
+    }
+    return 0;
+  }
+};
+
+extern "C" int mep__dc_reduce_scatter(const mep__dc_group_t *g,
+                                      const void *send, void *recv,
+                                      size_t count_per_rank, mep_dtype_t dt,
+                                      mep_op_t op, void *stream) {
+  const char *what = "reduce_scatter";
+  int rc = dc_check_reduction(what, dt, op, 0);
+  if (rc) return rc;
+  DcCtx c;
+  rc = dc_prepare(g, what, &c);
+  if (rc) return rc;
+  size_t bytes;
+  rc = dc_mul(what, count_per_rank, dc_dtype_size(dt) * (size_t)g->nranks,
+              &bytes);
+  if (rc) return rc;
+  if (count_per_rank == 0) return 0;
+  if (!send || !recv)
+    return dc_fail(MEP_ERR_INVALID,
+                   "devcoll: reduce_scatter on rank %d: %zu elements per rank "
+                   "with send %p and recv %p",
+                   g->rank, count_per_rank, send, recv);
+  return dc_dispatch<DcReduceScatter>(dt, op, g, (const DcCtx *)&c,
+                                      (const char *)send, (char *)recv,
+                                      count_per_rank, (cudaStream_t)stream);
+}

@@ -1,0 +1,217 @@
+/* dc_sync.cuh - workspace layout, launch counter and per-block barriers
+ * of the device collectives (device side, included by the kernels).
+ *
+ * A launch's blocks never synchronise with each other: block b of a rank
+ * only exchanges data with block b of its peers, and every rank splits the
+ * work identically, so per-block flags are enough. The launch counter
+ * ("seq") lives in our own flags region; every block reads it at start,
+ * and the last block to finish stores seq + 1 (one writer), which the next
+ * launch on the stream reads. A flag holds the seq of the last launch that
+ * raised it, so a waiter waits for flag >= seq. */
+#ifndef MEP_SRC_CUDA_DC_SYNC_CUH
+#define MEP_SRC_CUDA_DC_SYNC_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "devcoll.h"
+
+#define DC_MAX_BLOCKS 64
+#define DC_NPHASE 2
+#define DC_THREADS 256
+#define DC_FLAGS_BYTES 4096
+#define DC_SEQ_OFF 0
+#define DC_DONE_OFF 8
+#define DC_FLAG_OFF 64
+#define DC_DEFAULT_TIMEOUT_NS 10000000000ull
+/* Spins between two looks at active[] (mapped host memory, slow to read). */
+#define DC_ACTIVE_POLL 256
+
+/* What every kernel needs of the group; passed by value. */
+struct DcCtx {
+  void *const *peer_ws;
+  volatile int32_t *active;
+  volatile uint32_t *status;
+  unsigned long long timeout_ns;
+  size_t buf_bytes; /* bytes of each of the two data buffers */
+  size_t chunk;     /* offset of the result area inside a buffer */
+  int rank, nranks;
+};
+
+/* Per-block state, in shared memory. */
+struct DcBlock {
+  char *ws[MEP__DC_MAX_RANKS];
+  const char *src[MEP__DC_MAX_RANKS]; /* reduction sources, rank order */
+  unsigned long long seq;
+  unsigned int start_mask;
+  unsigned int mask[DC_NPHASE];
+  int go;
+};
+
+__device__ __forceinline__ unsigned long long dc_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned long long
+dc_ld_acquire(const unsigned long long *p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
+               : "=l"(v)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void dc_st_release(unsigned long long *p,
+                                              unsigned long long v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
+               : "memory");
+}
+
+__device__ __forceinline__ unsigned long long *dc_flag(char *ws, int block,
+                                                       int phase) {
+  return (unsigned long long *)(ws + DC_FLAG_OFF) + block * DC_NPHASE + phase;
+}
+
+/* The data buffer this launch uses in rank r's workspace. */
+__device__ __forceinline__ char *dc_buf(const DcCtx &c, const DcBlock &sb,
+                                        int r) {
+  return sb.ws[r] + DC_FLAGS_BYTES + (size_t)(sb.seq & 1) * c.buf_bytes;
+}
+
+/* Reads the launch counter and the active set. Returns false (in every
+ * thread) when our own rank is inactive: the block then does nothing. */
+__device__ __forceinline__ bool dc_begin(const DcCtx &c, DcBlock &sb) {
+  int t = threadIdx.x;
+  if (t < c.nranks) sb.ws[t] = (char *)c.peer_ws[t];
+  if (t == 0) {
+    sb.go = c.active[c.rank] != 0;
+    sb.start_mask = 1u << c.rank;
+    for (int p = 0; p < DC_NPHASE; ++p) sb.mask[p] = 1u << c.rank;
+  }
+  __syncthreads();
+  if (t == 0)
+    sb.seq = *(volatile unsigned long long *)(sb.ws[c.rank] + DC_SEQ_OFF) + 1;
+  if (t < c.nranks && t != c.rank && c.active[t] != 0)
+    atomicOr(&sb.start_mask, 1u << t);
+  __syncthreads();
+  return sb.go != 0;
+}
+
+/* Drops rank r: another block (or an earlier launch) may already have. */
+__device__ __forceinline__ void dc_drop(const DcCtx &c, int r) {
+  c.active[r] = 0;
+  __threadfence_system();
+  atomicOr((unsigned int *)c.status, 1u << r);
+}
+
+/* Waits until peer r raised flag (block, phase) to seq. False when r is,
+ * or becomes, inactive, or timed out (then r is dropped). */
+__device__ inline bool dc_wait_peer(const DcCtx &c, const DcBlock &sb, int r,
+                             int phase) {
+  const unsigned long long *f = dc_flag(sb.ws[r], blockIdx.x, phase);
+  unsigned long long t0 = dc_now();
+  for (unsigned int i = 1;; ++i) {
+    if (dc_ld_acquire(f) >= sb.seq) return true;
+    if (i % DC_ACTIVE_POLL == 0 && c.active[r] == 0) return false;
+    if (dc_now() - t0 > c.timeout_ns) {
+      dc_drop(c, r);
+      return false;
+    }
+  }
+}
+
+/* Publishes this block's writes so far, raises our flag for `phase` and
+ * waits for the same block of every rank in `wait`. Returns the ranks
+ * whose flag arrived (ourselves included). */
+__device__ inline unsigned int dc_barrier(const DcCtx &c, DcBlock &sb, int phase,
+                                   unsigned int wait) {
+  int t = threadIdx.x;
+  __threadfence_system();
+  __syncthreads();
+  if (t == 0) dc_st_release(dc_flag(sb.ws[c.rank], blockIdx.x, phase), sb.seq);
+  if (t < c.nranks && t != c.rank && ((wait >> t) & 1u)) {
+    if (dc_wait_peer(c, sb, t, phase)) atomicOr(&sb.mask[phase], 1u << t);
+  }
+  __syncthreads();
+  return sb.mask[phase];
+}
+
+/* The last block of the launch advances the launch counter. */
+__device__ __forceinline__ void dc_end(const DcCtx &c, const DcBlock &sb) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  char *own = sb.ws[c.rank];
+  __threadfence();
+  unsigned int prev = atomicAdd((unsigned int *)(own + DC_DONE_OFF), 1u);
+  if (prev == gridDim.x - 1) {
+    atomicExch((unsigned int *)(own + DC_DONE_OFF), 0u);
+    *(volatile unsigned long long *)(own + DC_SEQ_OFF) = sb.seq;
+    __threadfence();
+  }
+}
+
+/* Fills sb.src with base + off of every rank in mask, in rank order;
+ * returns how many. */
+__device__ __forceinline__ int dc_sources(const DcCtx &c, DcBlock &sb,
+                                          unsigned int mask, size_t off) {
+  if (threadIdx.x == 0) {
+    int k = 0;
+    for (int r = 0; r < c.nranks; ++r)
+      if ((mask >> r) & 1u) sb.src[k++] = dc_buf(c, sb, r) + off;
+  }
+  __syncthreads();
+  return __popc(mask);
+}
+
+/* This block's share [lo, hi) of n items grouped in units of `unit`: unit
+ * boundaries, the remainder (n % unit) to the last block. */
+__device__ __forceinline__ void dc_part(size_t n, size_t unit, size_t *lo,
+                                        size_t *hi) {
+  size_t units = n / unit;
+  size_t per = (units + gridDim.x - 1) / gridDim.x;
+  size_t b = blockIdx.x;
+  *lo = min(units, per * b) * unit;
+  *hi = (b == gridDim.x - 1) ? n : min(units, per * (b + 1)) * unit;
+}
+
+/* Share j of k of [lo, hi), split like dc_part. */
+__device__ __forceinline__ void dc_split(size_t lo, size_t hi, size_t unit,
+                                         int k, int j, size_t *slo,
+                                         size_t *shi) {
+  size_t units = (hi - lo) / unit;
+  size_t per = (units + k - 1) / k;
+  *slo = lo + min(units, per * j) * unit;
+  *shi = (j == k - 1) ? hi : lo + min(units, per * (j + 1)) * unit;
+}
+
+template <typename W>
+__device__ __forceinline__ void dc_copy_w(char *dst, const char *src,
+                                          size_t n) {
+  W *d = (W *)dst;
+  const W *s = (const W *)src;
+  for (size_t i = threadIdx.x; i < n / sizeof(W); i += blockDim.x)
+    d[i] = __ldcg(s + i);
+}
+
+/* Block-cooperative copy of n bytes with the widest word both addresses
+ * and n allow. Loads bypass L1: they may read a peer's memory that
+ * changed since an earlier launch. */
+__device__ __forceinline__ void dc_copy(char *dst, const char *src,
+                                        size_t n) {
+  uintptr_t a = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)n;
+  if ((a & 15) == 0)
+    dc_copy_w<uint4>(dst, src, n);
+  else if ((a & 7) == 0)
+    dc_copy_w<unsigned long long>(dst, src, n);
+  else if ((a & 3) == 0)
+    dc_copy_w<unsigned int>(dst, src, n);
+  else if ((a & 1) == 0)
+    dc_copy_w<unsigned short>(dst, src, n);
+  else
+    dc_copy_w<unsigned char>(dst, src, n);
+}
+
+#endif

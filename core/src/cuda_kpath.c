@@ -1,0 +1,442 @@
+/* cuda_kpath.c - CUDA collectives as kernels on the peers' memory.
+ *
+ * Set-up (collective, at the first CUDA collective and after ranks
+ * joined): every rank checks that the nvlink transport reaches each active
+ * peer, and all agree (a host all-reduce) or all take the staged path.
+ * Then each rank allocates a workspace, registers it with nvlink,
+ * publishes the remote key in the store, imports and maps every peer's,
+ * and puts the mapped addresses in a device table the kernels read
+ * (core/src/cuda/devcoll.h). A host barrier ends the set-up, so no kernel
+ * raises a flag in a workspace its owner has not cleared yet.
+ *
+ * Faults: the kernels see the active set in pinned mapped memory; the host
+ * only ever clears entries there (the core dropped a rank), never sets
+ * them, so a rank a kernel gave up on stays out. A kernel that times out
+ * on a peer sets its bit in a status word; the request of that launch reads
+ * it when the stream passed the launch and reports the peer to the core,
+ * whose agreement then drops it for the host side too. */
+#ifdef MEP_HAVE_CUDA
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "config.h"
+#include "cudapath.h"
+#include "cuda/devcoll.h"
+#include "error.h"
+#include "ft.h"
+#include "log.h"
+#include "req.h"
+#include "route.h"
+
+#ifndef MEP__DC_MAX_RANKS
+#define MEP__DC_MAX_RANKS 16
+#endif
+
+struct mep__kpath {
+  int tp;                /* nvlink in comm->tps */
+  int n;                 /* ranks of the group when it was set up */
+  uint8_t *member;       /* [n] */
+  mep_tp_ep_t **eps;     /* [n] */
+  mep_tp_rmr_t **rmrs;   /* [n] */
+  void *ws;
+  size_t ws_bytes;
+  mep_tp_mr_t *mr;
+  void **table;          /* device: [n] mapped workspaces */
+  int32_t *active;       /* pinned, mapped: [n] */
+  uint32_t *status;      /* pinned, mapped */
+  uint32_t reported;     /* status bits already handed to the core */
+  int launched;
+  struct mep__kpath *older; /* retired groups (mep__kpath_retire) */
+  mep__dc_group_t g;
+};
+
+static uint64_t generation; /* set-ups of this process, for store keys */
+
+static int nvlink_index(const mep_comm_t *comm) {
+  for (int i = 0; i < comm->ntps; i++) {
+    const mep__tp_t *tp = &comm->tps[i];
+    if (strcmp(tp->name, "nvlink") == 0 && tp->ctx &&
+        tp->vt->struct_size >= offsetof(mep_transport_t, map) +
+                                   sizeof tp->vt->map &&
+        tp->vt->map)
+      return i;
+  }
+  return -1;
+}
+
+static const mep__card_tp_t *card_tp(const mep__card_t *card,
+                                     const char *name) {
+  for (int i = 0; i < card->ntp; i++)
+    if (strcmp(card->tp[i].name, name) == 0 && card->tp[i].available)
+      return &card->tp[i];
+  return NULL;
+}
+
+/* Whether this rank reaches every active peer over nvlink (why if not). */
+static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
+  int t = nvlink_index(comm);
+  if (t < 0) {
+    snprintf(cu->why, sizeof cu->why, "the nvlink transport is not loaded "
+             "here (MEP_TRANSPORTS, or no GPU, or not built)");
+    return 0;
+  }
+  if (comm->size > MEP__DC_MAX_RANKS) {
+    snprintf(cu->why, sizeof cu->why, "the kernels take at most %d ranks, "
+             "the group has %d", MEP__DC_MAX_RANKS, comm->size);
+    return 0;
+  }
+  mep__tp_t *tp = &comm->tps[t];
+  for (int p = 0; p < comm->size; p++) {
+    if (p == comm->rank || !act[p]) continue;
+    mep__card_t card;
+    memset(&card, 0, sizeof card);
+    int ok = mep__comm_fetch_card(comm, p, &card) == MEP_OK;
+    const mep__card_tp_t *ptp = ok ? card_tp(&card, "nvlink") : NULL;
+    char why[160] = "its nvlink transport did not start";
+    ok = ptp && tp->vt->reachable(tp->ctx, p, ptp->addr, ptp->addr_len, why,
+                                  sizeof why) == 1;
+    mep__card_free(&card);
+    if (!ok) {
+      snprintf(cu->why, sizeof cu->why, "nvlink does not reach rank %d: %s",
+               p, why);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int publish_key(mep_comm_t *comm, const void *rkey, size_t len) {
+  char k[512];
+  snprintf(k, sizeof k, "%s/kpath/%llu/%d.%lld", comm->ns,
+           (unsigned long long)generation, comm->rank,
+           (long long)comm->incarnation[comm->rank]);
+  return comm->store->set(comm->store->ctx, k, rkey, len);
+}
+
+static int import_peer(mep_comm_t *comm, struct mep__kpath *kp, int p,
+                       void **mapped) {
+  mep__tp_t *tp = &comm->tps[kp->tp];
+  mep__card_t card;
+  memset(&card, 0, sizeof card);
+  int rc = mep__comm_fetch_card(comm, p, &card);
+  const mep__card_tp_t *ptp = rc ? NULL : card_tp(&card, "nvlink");
+  if (!rc && !ptp)
+    rc = mep__err(MEP_ERR_UNREACHABLE, "rank %d has no nvlink address", p);
+  if (!rc) rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len,
+                                &kp->eps[p]);
+  mep__card_free(&card);
+  char k[512];
+  snprintf(k, sizeof k, "%s/kpath/%llu/%d.%lld", comm->ns,
+           (unsigned long long)generation, p, (long long)comm->incarnation[p]);
+  void *val = NULL;
+  size_t len = 0;
+  if (!rc) rc = comm->store->get(comm->store->ctx, k, &val, &len,
+                                 comm->timeout_ms);
+  if (!rc) rc = tp->vt->import(kp->eps[p], val, len, &kp->rmrs[p]);
+  free(val);
+  if (!rc) rc = tp->vt->map(kp->eps[p], kp->rmrs[p], mapped);
+  return rc ? mep__err_wrap(rc, "the CUDA kernel path: rank %d's workspace",
+                            p)
+            : MEP_OK;
+}
+
+static int alloc_kp(mep_comm_t *comm, struct mep__kpath *kp, int t) {
+  kp->tp = t; /* before any failure: free_kp reads it */
+  kp->n = comm->size;
+  size_t n = (size_t)kp->n;
+  kp->member = calloc(n, 1);
+  kp->eps = calloc(n, sizeof *kp->eps);
+  kp->rmrs = calloc(n, sizeof *kp->rmrs);
+  if (!kp->member || !kp->eps || !kp->rmrs)
+    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  int64_t ws = 0;
+  int rc = mep__config_known_int(comm->cfg, "core", "cuda_workspace_bytes",
+                                 &ws);
+  if (rc) return rc;
+  kp->ws_bytes = (size_t)ws;
+  if (kp->ws_bytes < mep__dc_ws_min(kp->n)) kp->ws_bytes = mep__dc_ws_min(kp->n);
+  cudaError_t e = cudaMalloc(&kp->ws, kp->ws_bytes);
+  if (e == cudaSuccess) e = cudaMalloc((void **)&kp->table, n * sizeof(void *));
+  if (e == cudaSuccess)
+    e = cudaHostAlloc((void **)&kp->active, n * sizeof *kp->active,
+                      cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc((void **)&kp->status, sizeof *kp->status,
+                      cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess)
+    return mep__cuda_err(e, "the CUDA kernel path: %zu bytes of workspace",
+                         kp->ws_bytes);
+  *kp->status = 0;
+  rc = mep__dc_init_ws(kp->ws, kp->ws_bytes, NULL);
+  if (rc == MEP_OK && (e = cudaStreamSynchronize(NULL)) != cudaSuccess)
+    rc = mep__cuda_err(e, "clearing the workspace");
+  return rc;
+}
+
+static int cu_device(void) {
+  int d = 0;
+  cudaGetDevice(&d);
+  return d;
+}
+
+static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
+  int t = nvlink_index(comm);
+  int rc = alloc_kp(comm, kp, t);
+  if (rc) return rc;
+  mep__tp_t *tp = &comm->tps[t];
+  uint8_t rkey[MEP_TP_MAX_RKEY];
+  size_t rlen = sizeof rkey;
+  mep__err_clear();
+  rc = tp->vt->reg(tp->ctx, kp->ws, kp->ws_bytes, MEP_MEM_CUDA, &kp->mr, rkey,
+                   &rlen);
+  if (rc) return mep__err_wrap(rc, "the CUDA kernel path: register the "
+                               "workspace with nvlink");
+  if ((rc = publish_key(comm, rkey, rlen))) return rc;
+  void **host = calloc((size_t)kp->n, sizeof *host);
+  if (!host) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  for (int p = 0; p < kp->n; p++) {
+    kp->member[p] = act[p];
+    kp->active[p] = act[p];
+    if (p == comm->rank)
+      host[p] = kp->ws;
+    else if (act[p] && (rc = import_peer(comm, kp, p, &host[p])))
+      break;
+  }
+  cudaError_t e = cudaSuccess;
+  if (!rc) e = cudaMemcpy(kp->table, host, (size_t)kp->n * sizeof *host,
+                          cudaMemcpyHostToDevice);
+  free(host);
+  if (e != cudaSuccess) rc = mep__cuda_err(e, "the peer table");
+  if (rc) return rc;
+  void *dact = NULL, *dstatus = NULL;
+  cudaHostGetDevicePointer(&dact, kp->active, 0);
+  cudaHostGetDevicePointer(&dstatus, kp->status, 0);
+  kp->g.rank = comm->rank;
+  kp->g.nranks = kp->n;
+  kp->g.peer_ws = (void *const *)kp->table;
+  kp->g.ws_bytes = kp->ws_bytes;
+  kp->g.active = dact;
+  kp->g.status = dstatus;
+  kp->g.timeout_ns = (uint64_t)comm->timeout_ms * 1000000u;
+  /* half the GPU's multiprocessors (at most 64 blocks): a peer's kernel
+   * on the same GPU must find room to run at the same time */
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cu_device());
+  kp->g.sms = sms / 2 > 64 ? 64 : sms / 2;
+  return MEP_OK;
+}
+
+int mep__kpath_setup(mep_comm_t *comm, mep__cuda_t *cu) {
+  uint8_t *act = calloc((size_t)comm->max_size, 1);
+  if (!act) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  mep_comm_active(comm, act, comm->max_size, NULL);
+  int32_t ok = reaches_all(comm, cu, act), all = 0;
+  int rc = mep_allreduce(comm, &ok, &all, 1, MEP_INT32, MEP_MIN, NULL);
+  generation++;
+  if (rc < 0 || !all) {
+    if (rc >= 0 && ok)
+      snprintf(cu->why, sizeof cu->why, "another rank cannot reach all of "
+               "its peers over nvlink");
+    free(act);
+    return rc < 0 ? mep__err_wrap(rc, "agreeing on the CUDA path") : 0;
+  }
+  cu->kp = calloc(1, sizeof *cu->kp);
+  rc = cu->kp ? build(comm, cu->kp, act)
+              : mep__err(MEP_ERR_NOMEM, "out of memory");
+  free(act);
+  if (rc) mep__kpath_retire(comm, cu);
+  /* Everyone's workspace is cleared and mapped before any kernel runs;
+   * a rank that failed still comes, so nobody waits for it in vain. */
+  int32_t mine = rc == MEP_OK, every = 0;
+  int brc = mep_allreduce(comm, &mine, &every, 1, MEP_INT32, MEP_MIN, NULL);
+  if (rc) return rc;
+  if (brc < 0) return mep__err_wrap(brc, "finishing the CUDA kernel path");
+  if (!every) {
+    snprintf(cu->why, sizeof cu->why, "another rank failed to set the "
+             "kernel path up");
+    mep__kpath_retire(comm, cu);
+    return 0;
+  }
+  return 1;
+}
+
+int mep__kpath_stale(mep_comm_t *comm, mep__cuda_t *cu) {
+  struct mep__kpath *kp = cu->kp;
+  if (!kp || kp->n != comm->size) return 1;
+  const uint8_t *act = mep__ft_act(comm);
+  for (int p = 0; p < kp->n; p++)
+    if (act[p] && !kp->member[p]) return 1;
+  return 0;
+}
+
+/* Clears the entries of ranks the core dropped (never sets one). */
+static void refresh_active(mep_comm_t *comm, struct mep__kpath *kp) {
+  pthread_mutex_lock(&comm->engine_lock);
+  const uint8_t *act = mep__ft_act(comm);
+  for (int p = 0; p < kp->n; p++)
+    if (!act[p] && kp->active[p]) kp->active[p] = 0;
+  pthread_mutex_unlock(&comm->engine_lock);
+}
+
+/* A launch's request: finishes when the stream passed the launch. */
+typedef struct launch {
+  struct mep__kpath *kp;
+  cudaEvent_t done;
+  int device;
+} launch_t;
+
+static int launch_advance(mep_req_t *req) {
+  launch_t *l = req->impl;
+  cudaSetDevice(l->device);
+  cudaError_t e = cudaEventQuery(l->done);
+  if (e == cudaErrorNotReady) return 0;
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    mep__req_set(req, MEP_ERR_SYSTEM, "the CUDA collective kernel failed: %s",
+                 cudaGetErrorString(e));
+    return 1;
+  }
+  uint32_t bits = __atomic_load_n(l->kp->status, __ATOMIC_ACQUIRE);
+  uint32_t fresh = bits & ~l->kp->reported;
+  l->kp->reported |= bits;
+  int n = 0;
+  req->dropped = malloc((size_t)l->kp->n * sizeof *req->dropped);
+  for (int p = 0; p < l->kp->n && p < 32; p++) {
+    if (!(bits & (1u << p))) continue;
+    if (req->dropped) req->dropped[n++] = p;
+    if (fresh & (1u << p))
+      mep__comm_fail_peer(req->comm, p, MEP_ERR_PEER_FAILED,
+                          "it did not answer a CUDA collective kernel in "
+                          "time");
+  }
+  req->ndropped = n;
+  mep__req_set(req, n ? MEP_OK_DEGRADED : MEP_OK,
+               n ? "finished over the surviving ranks" : NULL);
+  return 1;
+}
+
+static void launch_cleanup(mep_req_t *req) {
+  launch_t *l = req->impl;
+  if (l->done) cudaEventDestroy(l->done);
+  free(l);
+}
+
+static int track(mep_comm_t *comm, mep__cuda_t *cu, void *stream,
+                 mep_req_t **out) {
+  launch_t *l = calloc(1, sizeof *l);
+  if (!l) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  l->kp = cu->kp;
+  l->device = cu->device;
+  cudaError_t e = cudaEventCreateWithFlags(&l->done, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventRecord(l->done, (cudaStream_t)stream);
+  if (e != cudaSuccess) {
+    if (l->done) cudaEventDestroy(l->done);
+    free(l);
+    return mep__cuda_err(e, "recording the kernel's completion");
+  }
+  mep_req_t *req = mep__req_new(comm, MEP__REQ_P2P, launch_advance, l,
+                                launch_cleanup);
+  if (!req) {
+    cudaEventDestroy(l->done);
+    free(l);
+    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  }
+  mep_req_t *r = NULL;
+  int rc = mep__req_start(req, &r);
+  if (rc) return rc;
+  if (out)
+    *out = r;
+  else
+    mep_req_free(r); /* reports a timed-out peer on its own */
+  return MEP_OK;
+}
+
+static int launch(const mep__dc_group_t *g, const mep__cuda_op_t *op) {
+  switch (op->kind) {
+  case MEP__COLL_ALLREDUCE:
+    return mep__dc_allreduce(g, op->send, op->recv, op->count, op->dtype,
+                             op->op, 0, op->stream);
+  case MEP__COLL_ALLGATHER:
+    return mep__dc_allgather(g, op->send, op->recv,
+                             op->count * mep_dtype_size(op->dtype),
+                             op->stream);
+  case MEP__COLL_REDUCE_SCATTER:
+    return mep__dc_reduce_scatter(g, op->send, op->recv, op->count,
+                                  op->dtype, op->op, op->stream);
+  case MEP__COLL_ALLTOALL:
+    return mep__dc_alltoall(g, op->send, op->recv,
+                            op->count * mep_dtype_size(op->dtype),
+                            op->stream);
+  case MEP__COLL_BROADCAST:
+    return mep__dc_broadcast(g, op->recv, op->count * mep_dtype_size(op->dtype),
+                             op->root, op->stream);
+  default:
+    return mep__err(MEP_ERR_INVALID, "collective %d on CUDA memory",
+                    op->kind);
+  }
+}
+
+int mep__kpath_run(mep_comm_t *comm, mep__cuda_t *cu,
+                   const mep__cuda_op_t *op, mep_req_t **req) {
+  struct mep__kpath *kp = cu->kp;
+  if (mep__ft_excluded(comm))
+    return mep__err(MEP_ERR_EXCLUDED, "the other ranks dropped this one");
+  refresh_active(comm, kp);
+  if (op->kind == MEP__COLL_BROADCAST && !kp->active[op->root])
+    return mep__err(MEP_ERR_PEER_FAILED, "the root, rank %d, is not active",
+                    op->root);
+  kp->launched = 1;
+  int rc = launch(&kp->g, op);
+  if (rc) return mep__err(rc, "%s", mep__dc_last_error());
+  /* a captured launch has no request: replays are the graph's */
+  if (mep__cuda_capturing(op->stream)) return MEP_OK;
+  return track(comm, cu, op->stream, req);
+}
+
+static void free_kp(mep_comm_t *comm, struct mep__kpath *kp) {
+  mep__tp_t *tp = kp->tp >= 0 ? &comm->tps[kp->tp] : NULL;
+  for (int p = 0; tp && p < kp->n; p++) {
+    if (kp->rmrs && kp->rmrs[p]) tp->vt->unimport(kp->eps[p], kp->rmrs[p]);
+    if (kp->eps && kp->eps[p]) tp->vt->close(kp->eps[p]);
+  }
+  if (tp && kp->mr) tp->vt->dereg(tp->ctx, kp->mr);
+  if (kp->ws) cudaFree(kp->ws);
+  if (kp->table) cudaFree(kp->table);
+  if (kp->active) cudaFreeHost(kp->active);
+  if (kp->status) cudaFreeHost(kp->status);
+  cudaGetLastError();
+  free(kp->member);
+  free(kp->eps);
+  free(kp->rmrs);
+  free(kp);
+}
+
+/* Requests of earlier launches may still look at a retired group's status
+ * word: groups are freed only with the communicator (after its engine
+ * closed), or at once when no kernel ever ran on them. */
+void mep__kpath_retire(mep_comm_t *comm, mep__cuda_t *cu) {
+  struct mep__kpath *kp = cu->kp;
+  cu->kp = NULL;
+  if (!kp) return;
+  if (!kp->launched) {
+    free_kp(comm, kp);
+    return;
+  }
+  kp->older = cu->retired;
+  cu->retired = kp;
+}
+
+void mep__kpath_free(mep_comm_t *comm, mep__cuda_t *cu) {
+  /* kernels may still read the peer table and workspaces */
+  cudaDeviceSynchronize();
+  cudaGetLastError();
+  mep__kpath_retire(comm, cu);
+  while (cu->retired) {
+    struct mep__kpath *kp = cu->retired;
+    cu->retired = kp->older;
+    free_kp(comm, kp);
+  }
+}
+#endif

@@ -1,0 +1,51 @@
+/* cuda_util.c - what the kernel and the staged path share: CUDA errors as
+ * mep errors, pointer and capture checks. */
+#ifdef MEP_HAVE_CUDA
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "cudapath.h"
+#include "error.h"
+
+int mep__cuda_err(cudaError_t e, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  cudaGetLastError(); /* a non-sticky error must not fail the next call */
+  return mep__err(MEP_ERR_SYSTEM, "%s: %s (%s)", what, cudaGetErrorString(e),
+                  cudaGetErrorName(e));
+}
+
+int mep__cuda_capturing(void *stream) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &st) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return st != cudaStreamCaptureStatusNone;
+}
+
+int mep__cuda_check_ptr(const void *ptr, const char *what) {
+  struct cudaPointerAttributes a;
+  cudaError_t e = cudaPointerGetAttributes(&a, ptr);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return mep__err(MEP_ERR_INVALID, "%s %p is not CUDA memory (%s)", what,
+                    ptr, cudaGetErrorString(e));
+  }
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    return mep__err(MEP_ERR_INVALID, "%s %p is %s memory, not CUDA device "
+                    "memory (use the host collectives for host memory)",
+                    what, ptr, a.type == cudaMemoryTypeHost ? "pinned host"
+                                                            : "host");
+  int dev = -1;
+  cudaGetDevice(&dev);
+  if (a.type == cudaMemoryTypeDevice && a.device != dev)
+    return mep__err(MEP_ERR_INVALID, "%s %p lives on GPU %d, the current "
+                    "device is %d (cudaSetDevice first)", what, ptr,
+                    a.device, dev);
+  return MEP_OK;
+}
+#endif

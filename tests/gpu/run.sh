@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Builds mep with CUDA on a GPU machine and runs every GPU test, then the
+# CUDA benchmark against NCCL when two GPUs are present. One script, so a
+# lent machine does it all in one go:
+#   tests/gpu/run.sh [--tests | --python]
+# (--tests: build and the C tests; --python: build if needed, the PyTorch
+# backend's test and the benchmark; a lent machine runs 10 minutes a call)
+# inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
+# none. Logs and tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
+# test and "N passed, N failed" at the end; exits 1 on any failure.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+phase=all
+for a in "$@"; do
+  case $a in
+  --tests) phase=tests ;;     # the C tests only
+  --python) phase=python ;;   # the PyTorch test and the benchmark only
+  -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+  *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+out=${OUT:-/tmp/mep-gpu}
+mkdir -p "$out"
+# NVLink multicast stays off on shared machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ! pkg-config --exists inih 2>/dev/null; then
+  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
+  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+b=build-gpu
+if [ ! -f "$b/build.ninja" ]; then
+  meson setup "$b" -Dcuda=enabled -Dc10d=enabled -Dbuildtype=debugoptimized \
+    >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; echo "0 passed, 1 failed"; exit 1; }
+fi
+if ! ninja -C "$b" >"$out/build.log" 2>&1; then
+  grep -E "error|FAILED" "$out/build.log" | head -30
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+echo "GPUs: $ngpu; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+export MEP_PLUGIN_PATH=$PWD/$b/plugins/tcp:$PWD/$b/plugins/nvlink
+export MEP_TCP_IFNAME=lo MEP_LOG=${MEP_LOG:-warn}
+export LD_LIBRARY_PATH=$PWD/$b/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONPATH=$PWD/$b/frontends/c10d/python
+pass=0 fail=0
+t() { # name, timeout, command... ($SKIP: names not to run)
+  local name=$1 to=$2
+  shift 2
+  case " ${SKIP:-} " in *" $name "*) echo "skip $name (SKIP)"; return ;; esac
+  local t0=$SECONDS
+  timeout -k 5 "$to" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    pass=$((pass + 1)); echo "ok   $name ($((SECONDS - t0)) s)"
+  elif [ $rc -eq 77 ]; then
+    echo "skip $name: $(tail -1 "$out/$name.log")"
+  else
+    fail=$((fail + 1)); echo "FAIL $name (rc $rc, $((SECONDS - t0)) s)"
+    grep -E "FAIL|rror" "$out/$name.log" | head -8
+    tail -3 "$out/$name.log"
+    # frames of a crash (cuda_coll prints module+offset): to source lines
+    grep -E '^  #[0-9]+ ' "$out/$name.log" | head -12 |
+      while read -r _ loc _; do
+        addr2line -f -C -i -e "${loc%+*}" "${loc##*+}" 2>/dev/null | paste -sd' '
+      done
+  fi
+}
+if [ $phase != python ]; then
+  t devcoll 300 "$b/tests/gpu/devcoll_test"
+  t nvlink-pair 120 "$b/tests/gpu/nvlink_pair" "$b/plugins/nvlink/libmep-transport-nvlink.so"
+  t cuda-coll-staged-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path staged
+  t cuda-coll-kernel-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path kernel
+  t cuda-graph-2ranks 120 "$b/tests/gpu/cuda_coll" -n 2 --path kernel --graph
+  t cuda-kill-kernel-3ranks 120 env MEP_CORE_TIMEOUT_MS=3000 \
+    "$b/tests/gpu/cuda_coll" -n 3 --path kernel --kill
+  t cuda-kill-staged-3ranks 120 env MEP_CORE_TIMEOUT_MS=3000 \
+    "$b/tests/gpu/cuda_coll" -n 3 --path staged --kill
+  # ranks sharing a GPU (time-sliced unless MPS runs)
+  t cuda-coll-kernel-4ranks 300 "$b/tests/gpu/cuda_coll" -n 4 --path kernel
+  t cuda-coll-big-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --big
+fi
+if [ $phase != tests ]; then
+  t c10d-cuda 220 python3 tests/gpu/test_c10d_cuda.py
+  if [ "$ngpu" -ge 2 ]; then
+    t bench-cuda 200 python3 scripts/bench-cuda.py --json "$out/bench-cuda.json" \
+      ${BENCH_ARGS:-}
+    cat "$out/bench-cuda.log"
+  fi
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
