@@ -53,6 +53,13 @@ def probe(out: list[str], problems: list[str]) -> None:
     for lib in ("c10", "torch", "torch_cpu", "torch_python"):
         if not os.path.exists(os.path.join(libdir, f"lib{lib}.so")):
             problems.append(f"lib{lib}.so is missing from {libdir}")
+    # CUDA: the version torch was built for, and whether the libraries the
+    # CUDA build of the backend links are there (cuda_libs=1).
+    cuda = torch.version.cuda or "none"
+    out.append(f"cuda={cuda}")
+    have = all(os.path.exists(os.path.join(libdir, f"lib{lib}.so"))
+               for lib in ("c10_cuda", "torch_cuda"))
+    out.append(f"cuda_libs={int(cuda != 'none' and have)}")
     out.append(f"cxx11_abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
     out.append(f"cxx_std={std_of(torch.__config__.show())}")
 

@@ -53,7 +53,8 @@ c10::intrusive_ptr<MepWork> MepBackend::make_work(
                                       std::move(inputs), std::move(outputs));
 }
 
-void MepBackend::submit(MepWork &w, bool sized, const Submit &f) {
+void MepBackend::submit(MepWork &w, bool sized, const Submit &f,
+                        bool want_req) {
   Comm::Use u(*comm_);
   if (!u) throw_closed(w.what());
   if (sized && mep_comm_size(u.get()) != group_size_)
@@ -63,9 +64,9 @@ void MepBackend::submit(MepWork &w, bool sized, const Submit &f) {
                 "mep.extend_group_size_to(pg, " +
                 std::to_string(mep_comm_size(u.get())) + ") first");
   mep_req_t *req = nullptr;
-  int rc = f(u.get(), &req);
+  int rc = f(u.get(), want_req ? &req : nullptr);
   if (rc < 0) throw_mep(rc, w.what());
-  w.add_request(req);
+  if (req) w.add_request(req);
 }
 
 c10::intrusive_ptr<c10d::Work> MepBackend::issue(
@@ -115,7 +116,9 @@ void MepBackend::drain() {
   }
   for (auto &w : all) {
     try {
-      w->wait(std::chrono::milliseconds(0));
+      // Not wait(): a CUDA work's wait does not block the host.
+      w->wait_requests(std::chrono::milliseconds(0));
+      w->poll();
     } catch (const std::exception &) {
       // Its owner sees the error when it waits; recovery goes on.
     }
@@ -210,6 +213,17 @@ int MepBackend::slots() {
 uint64_t MepBackend::epoch() {
   Comm::Use u(*comm_);
   return u ? mep_comm_epoch(u.get()) : 0;
+}
+
+std::string MepBackend::cuda_path() {
+#if MEP_C10D_CUDA
+  Comm::Use u(*comm_);
+  if (!u) throw_closed("cuda_path");
+  const char *p = mep_cuda_path(u.get());
+  return p ? p : "";
+#else
+  return "";
+#endif
 }
 
 }  // namespace mep_c10d

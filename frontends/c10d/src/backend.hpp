@@ -17,6 +17,10 @@
 #include "scratch.hpp"
 #include "work.hpp"
 
+#if MEP_C10D_CUDA
+#include "cuda_call.hpp"
+#endif
+
 namespace mep_c10d {
 
 class MepBackend : public c10d::Backend {
@@ -96,6 +100,9 @@ class MepBackend : public c10d::Backend {
   int slots();
   int max_size() const { return comm_->max_size(); }
   uint64_t epoch();
+  // mep_cuda_path's answer ("kernel", "staged"), "" without CUDA.
+  // Collective: the first call sets the kernel path up.
+  std::string cuda_path();
 
  private:
   using Submit = std::function<int(mep_comm_t *, mep_req_t **)>;
@@ -111,8 +118,9 @@ class MepBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> issue(const c10::intrusive_ptr<MepWork> &w,
                                        const Body &body);
   // One request of the work; `sized`: the operation depends on the group
-  // size, which must agree with the core's after growth.
-  void submit(MepWork &w, bool sized, const Submit &f);
+  // size, which must agree with the core's after growth. `want_req` false:
+  // f gets no request pointer (CUDA graph capture) and none is tracked.
+  void submit(MepWork &w, bool sized, const Submit &f, bool want_req = true);
   void track(const c10::intrusive_ptr<MepWork> &w);
   // Completes the tracked works whose requests finished.
   void sweep();
@@ -129,6 +137,38 @@ class MepBackend : public c10d::Backend {
   at::Tensor scratch(MepWork &w, int64_t numel, at::ScalarType st) {
     return scratch_->take(w, numel, st);
   }
+
+#if MEP_C10D_CUDA
+  // The operations on CUDA tensors (ops_cuda.cpp), each entered from its
+  // host counterpart once mem_path said Cuda.
+  c10::intrusive_ptr<CudaWork> make_cuda_work(
+      const CudaCall &cc, c10d::OpType type, const char *title,
+      std::string what, std::vector<at::Tensor> inputs,
+      std::vector<at::Tensor> outputs);
+  // submit() on the call's stream: without a request under graph capture.
+  void submit_cuda(CudaWork &w, const CudaCall &cc, bool sized,
+                   const Submit &f);
+  c10::intrusive_ptr<c10d::Work> cuda_broadcast(
+      std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts);
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce(
+      std::vector<at::Tensor> &tensors, const c10d::ReduceOp &rop,
+      const char *op, c10d::OpType type);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather(
+      std::vector<at::Tensor> &outs, at::Tensor &in);
+  c10::intrusive_ptr<c10d::Work> cuda_gather_into(
+      const char *op, c10d::OpType type, std::vector<at::Tensor> &outputs,
+      std::vector<at::Tensor> &inputs);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter(
+      at::Tensor &out, std::vector<at::Tensor> &ins,
+      const c10d::ReduceOp &rop);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce_scatter_from(
+      const char *op, c10d::OpType type, std::vector<at::Tensor> &outputs,
+      std::vector<at::Tensor> &inputs, const c10d::ReduceOp &rop);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall(
+      at::Tensor &output, at::Tensor &input,
+      const std::vector<int64_t> &out_splits,
+      const std::vector<int64_t> &in_splits);
+#endif
 
   // The group's size, which grows with extend_group_size_to (older torch
   // keeps Backend::size_ const, so the shim has its own).

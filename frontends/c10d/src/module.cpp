@@ -62,5 +62,15 @@ PYBIND11_MODULE(_C, m) {
       .def("dropped_ranks", &MepBackend::dropped_ranks)
       .def("slots", &MepBackend::slots)
       .def("max_size", &MepBackend::max_size)
-      .def("epoch", &MepBackend::epoch);
+      .def("epoch", &MepBackend::epoch)
+      .def("cuda_path", &MepBackend::cuda_path,
+           py::call_guard<py::gil_scoped_release>(),
+           "mep_cuda_path of the communicator: 'kernel', 'staged', or '' "
+           "without CUDA. Collective (the first call sets the kernel path "
+           "up).");
+#if MEP_C10D_CUDA
+  m.attr("cuda_build") = true;
+#else
+  m.attr("cuda_build") = false;
+#endif
 }

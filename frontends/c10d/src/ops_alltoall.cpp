@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
     at::Tensor &output, at::Tensor &input, std::vector<int64_t> &out_splits,
     std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) {
   const char *op = "all_to_all_single";
-  require_host(op, mem_path(op, {output, input}));
+  MemPath path = mem_path(op, {output, input});
   if (output.scalar_type() != input.scalar_type())
     throw_value(std::string(op) + ": the output has " + describe(output) +
                 ", the input " + describe(input));
@@ -74,6 +74,10 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
     throw_value(std::string(op) + ": rows of the output have " +
                 std::to_string(row_numel(output)) + " elements, of the input " +
                 std::to_string(row_numel(input)));
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_alltoall(output, input, out_splits, in_splits);
+#endif
+  require_host(op, path);
   Elems el = move_elems(input);
   size_t row = static_cast<size_t>(row_numel(input)) * input.element_size() /
         mep_dtype_size(el.dtype);

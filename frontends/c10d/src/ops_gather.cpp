@@ -15,11 +15,15 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather(
   check_count(op, "the input list", inputs.size(), 1);
   check_count(op, "the output list", outputs.size(), 1);
   std::vector<at::Tensor> outs = outputs[0];
-  require_host(op, mem_path(op, concat(inputs, outs)));
+  MemPath path = mem_path(op, concat(inputs, outs));
   at::Tensor in = inputs[0];
   check_count(op, "the output tensor list", outs.size(),
               static_cast<size_t>(group_size_));
   check_same(op, "output", outs, in);
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_allgather(outs, in);
+#endif
+  require_host(op, path);
   Elems el = move_elems(in);
   at::Tensor src = contiguous_or_copy(in);
   auto w = make_work(OpType::ALLGATHER, "mep:all_gather", what(op, in),
@@ -58,7 +62,14 @@ void MepBackend::gather_into(MepWork &w, const char *op, at::Tensor &out,
 c10::intrusive_ptr<c10d::Work> MepBackend::_allgather_base(
     at::Tensor &output, at::Tensor &input, const c10d::AllgatherOptions &) {
   const char *op = "all_gather_into_tensor";
-  require_host(op, mem_path(op, {output, input}));
+  MemPath path = mem_path(op, {output, input});
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) {
+    std::vector<at::Tensor> outs{output}, ins{input};
+    return cuda_gather_into(op, OpType::_ALLGATHER_BASE, outs, ins);
+  }
+#endif
+  require_host(op, path);
   auto w = make_work(OpType::_ALLGATHER_BASE, "mep:all_gather_into_tensor",
                      what(op, input), {input}, {output});
   return issue(w, [&](MepWork &w) { gather_into(w, op, output, input); });
@@ -68,8 +79,13 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
     const c10d::AllgatherOptions &) {
   const char *op = "all_gather_into_tensor_coalesced";
-  require_host(op, mem_path(op, concat(inputs, outputs)));
+  MemPath path = mem_path(op, concat(inputs, outputs));
   check_count(op, "the output list", outputs.size(), inputs.size());
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_gather_into(op, kAllgatherIntoTensorCoalesced, outputs,
+                            inputs);
+#endif
+  require_host(op, path);
   auto w = make_work(kAllgatherIntoTensorCoalesced,
                      "mep:all_gather_into_tensor_coalesced",
                      std::string(op) + " of " + std::to_string(inputs.size()) +

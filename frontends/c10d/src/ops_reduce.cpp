@@ -14,11 +14,15 @@ using c10d::OpType;
 c10::intrusive_ptr<c10d::Work> MepBackend::broadcast(
     std::vector<at::Tensor> &tensors, const c10d::BroadcastOptions &opts) {
   const char *op = "broadcast";
-  require_host(op, mem_path(op, tensors));
+  MemPath path = mem_path(op, tensors);
   check_count(op, "the tensor list", tensors.size(), 1);
   check_root(op, opts.rootRank);
   if (opts.rootTensor != 0)
     throw_value("broadcast: rootTensor must be 0 (one tensor per process)");
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_broadcast(tensors, opts);
+#endif
+  require_host(op, path);
   at::Tensor t = tensors[0];
   Elems el = move_elems(t);
   at::Tensor buf = contiguous_or_copy(t);
@@ -37,8 +41,12 @@ c10::intrusive_ptr<c10d::Work> MepBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> MepBackend::allreduce(
     std::vector<at::Tensor> &tensors, const c10d::AllreduceOptions &opts) {
   const char *op = "all_reduce";
-  require_host(op, mem_path(op, tensors));
+  MemPath path = mem_path(op, tensors);
   check_count(op, "the tensor list", tensors.size(), 1);
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_allreduce(tensors, opts.reduceOp, op, OpType::ALLREDUCE);
+#endif
+  require_host(op, path);
   at::Tensor t = tensors[0];
   Elems el = reduce_elems(op, t, opts.reduceOp);
   mep_op_t rop = reduce_op(op, opts.reduceOp, t.scalar_type());
@@ -64,7 +72,12 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allreduce_coalesced(
     std::vector<at::Tensor> &tensors,
     const c10d::AllreduceCoalescedOptions &opts) {
   const char *op = "all_reduce_coalesced";
-  require_host(op, mem_path(op, tensors));
+  MemPath path = mem_path(op, tensors);
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_allreduce(tensors, opts.reduceOp, op,
+                          OpType::ALLREDUCE_COALESCED);
+#endif
+  require_host(op, path);
   std::vector<at::ScalarType> order;
   std::map<at::ScalarType, std::vector<at::Tensor>> groups;
   int64_t total = 0;

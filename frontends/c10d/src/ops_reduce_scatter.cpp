@@ -16,11 +16,15 @@ c10::intrusive_ptr<c10d::Work> MepBackend::reduce_scatter(
   check_count(op, "the output list", outputs.size(), 1);
   check_count(op, "the input list", inputs.size(), 1);
   std::vector<at::Tensor> ins = inputs[0];
-  require_host(op, mem_path(op, concat(outputs, ins)));
+  MemPath path = mem_path(op, concat(outputs, ins));
   at::Tensor out = outputs[0];
   check_count(op, "the input tensor list", ins.size(),
               static_cast<size_t>(group_size_));
   check_same(op, "input", ins, out);
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_reduce_scatter(out, ins, opts.reduceOp);
+#endif
+  require_host(op, path);
   Elems el = reduce_elems(op, out, opts.reduceOp);
   mep_op_t rop = reduce_op(op, opts.reduceOp, out.scalar_type());
   at::Tensor dst = contiguous_or_copy(out);
@@ -64,7 +68,15 @@ c10::intrusive_ptr<c10d::Work> MepBackend::_reduce_scatter_base(
     at::Tensor &output, at::Tensor &input,
     const c10d::ReduceScatterOptions &opts) {
   const char *op = "reduce_scatter_tensor";
-  require_host(op, mem_path(op, {output, input}));
+  MemPath path = mem_path(op, {output, input});
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) {
+    std::vector<at::Tensor> outs{output}, ins{input};
+    return cuda_reduce_scatter_from(op, OpType::_REDUCE_SCATTER_BASE, outs,
+                                    ins, opts.reduceOp);
+  }
+#endif
+  require_host(op, path);
   auto w = make_work(OpType::_REDUCE_SCATTER_BASE, "mep:reduce_scatter_tensor",
                      what(op, output), {input}, {output});
   return issue(w, [&](MepWork &w) {
@@ -76,8 +88,13 @@ c10::intrusive_ptr<c10d::Work> MepBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
     const c10d::ReduceScatterOptions &opts) {
   const char *op = "reduce_scatter_tensor_coalesced";
-  require_host(op, mem_path(op, concat(inputs, outputs)));
+  MemPath path = mem_path(op, concat(inputs, outputs));
   check_count(op, "the output list", outputs.size(), inputs.size());
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_reduce_scatter_from(op, kReduceScatterTensorCoalesced,
+                                    outputs, inputs, opts.reduceOp);
+#endif
+  require_host(op, path);
   auto w = make_work(kReduceScatterTensorCoalesced,
                      "mep:reduce_scatter_tensor_coalesced",
                      std::string(op) + " of " + std::to_string(inputs.size()) +

@@ -12,8 +12,8 @@
 namespace mep_c10d {
 
 // Where an operation's tensors live. Every operation asks this first and
-// refuses what it has no path for; the CUDA path of the CUDA build slots
-// in at that point (staging in device memory, the caller's stream).
+// refuses what it has no path for (require_host); in the CUDA build the
+// operations with a CUDA path branch off to ops_cuda.cpp at that point.
 enum class MemPath { Host, Cuda };
 MemPath mem_path(const char *op, const std::vector<at::Tensor> &tensors);
 void require_host(const char *op, MemPath path);

@@ -96,15 +96,10 @@ void MepWork::complete() {
   auto fut = future_;
   lk.unlock();
   finish(exc);
-  if (fut) {
-    if (exc)
-      fut->setError(exc);
-    else
-      fut->markCompleted(c10::IValue(outputs_));
-  }
+  if (fut) settle_future(fut, exc);
 }
 
-bool MepWork::wait(std::chrono::milliseconds timeout) {
+void MepWork::wait_requests(std::chrono::milliseconds timeout) {
   const long total = timeout.count() > 0
                          ? static_cast<long>(std::min<int64_t>(
                                timeout.count(), INT_MAX))
@@ -122,25 +117,38 @@ bool MepWork::wait(std::chrono::milliseconds timeout) {
               "the process group)"));
     wait_slice(static_cast<int>(std::min<long>(left, 100)));
   }
+}
+
+bool MepWork::wait(std::chrono::milliseconds timeout) {
+  wait_requests(timeout);
   complete();
   std::exception_ptr exc = exception();
   if (exc) std::rethrow_exception(exc);
   return true;
 }
 
+c10::intrusive_ptr<c10::ivalue::Future> MepWork::new_future() {
+  return c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()));
+}
+
+void MepWork::settle_future(const c10::intrusive_ptr<c10::ivalue::Future> &fut,
+                            const std::exception_ptr &exc) {
+  if (exc)
+    fut->setError(exc);
+  else
+    fut->markCompleted(c10::IValue(outputs_));
+}
+
 c10::intrusive_ptr<c10::ivalue::Future> MepWork::getFuture() {
   std::unique_lock<std::mutex> lk(done_mu_);
   if (future_) return future_;
-  future_ = c10::make_intrusive<c10::ivalue::Future>(
-      c10::ListType::create(c10::TensorType::get()));
+  future_ = new_future();
   auto fut = future_;
   bool finished = finished_;
   lk.unlock();
   if (finished) {
-    if (auto exc = exception())
-      fut->setError(exc);
-    else
-      fut->markCompleted(c10::IValue(outputs_));
+    settle_future(fut, exception());
   } else if (!comm_->watcher().add(
                  c10::intrusive_ptr<MepWork>::reclaim_copy(this))) {
     poll();  // closed: every request is finished

@@ -55,6 +55,18 @@ class MepWork : public c10d::Work {
   bool requests_done() const;
   // Ranks the operation dropped (MEP_OK_DEGRADED), once finished.
   std::vector<int> dropped();
+  // Blocks until every request finished (timeout 0: the communicator's
+  // wait deadline); throws MEP_ERR_TIMEOUT past it. Completes nothing.
+  void wait_requests(std::chrono::milliseconds timeout);
+
+ protected:
+  // The future getFuture hands out, and how it is settled: a CUDA work's
+  // future carries its device and becomes ready on the work's stream.
+  virtual c10::intrusive_ptr<c10::ivalue::Future> new_future();
+  virtual void settle_future(
+      const c10::intrusive_ptr<c10::ivalue::Future> &fut,
+      const std::exception_ptr &exc);
+  const std::vector<at::Tensor> &outputs() const { return outputs_; }
 
  private:
   void complete();

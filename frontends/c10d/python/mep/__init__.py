@@ -1,8 +1,8 @@
 """mep's PyTorch distributed backend.
 
 Importing this package registers the c10d backend ``"mep"`` for CPU and CUDA
-tensors (CUDA tensors come with the CUDA build; this one refuses them with a
-clear error), so ``torch.distributed.init_process_group("mep", ...)``,
+tensors (CUDA tensors come with the CUDA build, ``mep.cuda_build``; a build
+without it refuses them with a clear error), so ``torch.distributed.init_process_group("mep", ...)``,
 ``new_group(..., backend="mep")`` and ``torchrun`` scripts use it::
 
     import mep, torch.distributed as dist
@@ -14,13 +14,22 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from .ft import (PeerState, extend_group_size_to, get_active_ranks,
-                 get_dropped_ranks, get_peer_state, recover_ranks)
+from .ft import (PeerState, cuda_path, extend_group_size_to,
+                 get_active_ranks, get_dropped_ranks, get_peer_state,
+                 recover_ranks)
 from .options import BackendOptions
 
 __all__ = ["BackendOptions", "PeerState", "get_active_ranks", "get_peer_state",
-           "recover_ranks", "extend_group_size_to", "get_dropped_ranks"]
+           "recover_ranks", "extend_group_size_to", "get_dropped_ranks",
+           "cuda_path", "cuda_build"]
 __version__ = _C.mep_version
+cuda_build = bool(_C.cuda_build)
+
+# torch calls the factory once per device type of a group ("cpu", then
+# "cuda") and keeps the first backend for both (same backend type). One
+# communicator serves both, so the second call of a group gets the backend
+# the first made instead of a second rendezvous over the store.
+_last_created = None
 
 
 def _create_backend(dist_opts, backend_opts):
@@ -32,11 +41,22 @@ def _create_backend(dist_opts, backend_opts):
     if opts.active_ranks is not None and opts.active_ranks.numel() < dist_opts.group_size:
         raise ValueError(f"mep.BackendOptions.active_ranks has {opts.active_ranks.numel()} "
                          f"entries, the group has {dist_opts.group_size} ranks")
-    return _C.MepBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
-                         dist_opts.timeout.total_seconds(),
-                         active_ranks=opts.active_ranks,
-                         is_extension=opts.is_extension,
-                         max_size=opts.max_size or 0)
+    global _last_created
+    # The group's ProcessGroup object tells the calls of one creation apart
+    # from a later group of the same name (torch without it: no sharing).
+    pg = getattr(dist_opts, "process_group", None)
+    key = (dist_opts.group_rank, dist_opts.group_size, id(backend_opts))
+    last, _last_created = _last_created, None
+    if pg is not None and last is not None and last[0] is pg and last[1] == key:
+        return last[2]
+    backend = _C.MepBackend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+                            dist_opts.timeout.total_seconds(),
+                            active_ranks=opts.active_ranks,
+                            is_extension=opts.is_extension,
+                            max_size=opts.max_size or 0)
+    if pg is not None:
+        _last_created = (pg, key, backend)
+    return backend
 
 
 dist.Backend.register_backend("mep", _create_backend, extended_api=True,

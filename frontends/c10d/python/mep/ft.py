@@ -16,13 +16,13 @@ class PeerState(enum.IntEnum):
     EMPTY = 3    # a slot beyond the group that nobody asked for
 
 
-def _backend(pg=None) -> "_C.MepBackend":
+def _backend(pg=None, device: str = "cpu") -> "_C.MepBackend":
     if isinstance(pg, _C.MepBackend):
         return pg
     group = pg if pg is not None else dist.group.WORLD
     if group is None:
         raise RuntimeError("mep: no process group (call init_process_group first)")
-    backend = group._get_backend(torch.device("cpu"))
+    backend = group._get_backend(torch.device(device))
     if not isinstance(backend, _C.MepBackend):
         raise ValueError(f"mep: the process group uses {type(backend).__name__}, "
                          "not the 'mep' backend")
@@ -61,3 +61,13 @@ def get_dropped_ranks(pg=None) -> list[int]:
     """The ranks the latest degraded collective dropped (it succeeded over
     the survivors), in increasing order; [] if none was degraded yet."""
     return list(_backend(pg).dropped_ranks())
+
+
+def cuda_path(pg=None) -> str:
+    """Which path the group's collectives on CUDA tensors take: "kernel"
+    (GPUs of one host reaching each other: kernels read and write the
+    peers' memory; all_reduce may be captured in a CUDA graph) or "staged"
+    (through pinned host memory); "" when this build or libmep has no CUDA.
+    Collective: every rank of the group calls it (the first call sets the
+    kernel path up)."""
+    return _backend(pg, "cuda" if _C.cuda_build else "cpu").cuda_path()
