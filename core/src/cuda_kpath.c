@@ -41,7 +41,8 @@ struct mep__kpath {
   mep_tp_ep_t **eps;     /* [n] */
   mep_tp_rmr_t **rmrs;   /* [n] */
   void *ws;
-  size_t ws_bytes;
+  size_t ws_bytes;       /* the same on every rank (mep__kpath_setup) */
+  int blocks;            /* per launch, the same on every rank */
   mep_tp_mr_t *mr;
   void **table;          /* device: [n] mapped workspaces */
   int32_t *active;       /* pinned, mapped: [n] */
@@ -151,12 +152,7 @@ static int alloc_kp(mep_comm_t *comm, struct mep__kpath *kp, int t) {
   kp->rmrs = calloc(n, sizeof *kp->rmrs);
   if (!kp->member || !kp->eps || !kp->rmrs)
     return mep__err(MEP_ERR_NOMEM, "out of memory");
-  int64_t ws = 0;
-  int rc = mep__config_known_int(comm->cfg, "core", "cuda_workspace_bytes",
-                                 &ws);
-  if (rc) return rc;
-  kp->ws_bytes = (size_t)ws;
-  if (kp->ws_bytes < mep__dc_ws_min(kp->n)) kp->ws_bytes = mep__dc_ws_min(kp->n);
+  int rc;
   cudaError_t e = cudaMalloc(&kp->ws, kp->ws_bytes);
   if (e == cudaSuccess) e = cudaMalloc((void **)&kp->table, n * sizeof(void *));
   if (e == cudaSuccess)
@@ -175,10 +171,21 @@ static int alloc_kp(mep_comm_t *comm, struct mep__kpath *kp, int t) {
   return rc;
 }
 
-static int cu_device(void) {
-  int d = 0;
+/* The workspace size and blocks per launch: every rank must use the same
+ * (block b of a rank pairs with block b of each peer, and the workspace
+ * layouts must match). Blocks: half the GPU's multiprocessors, at most
+ * 64, so a peer's kernel on the same GPU finds room at the same time. */
+static int shape(mep_comm_t *comm, int64_t *ws, int64_t *blocks) {
+  int rc = mep__config_known_int(comm->cfg, "core", "cuda_workspace_bytes",
+                                 ws);
+  if (rc) return rc;
+  if (*ws < (int64_t)mep__dc_ws_min(comm->size))
+    *ws = (int64_t)mep__dc_ws_min(comm->size);
+  int d = 0, sms = 0;
   cudaGetDevice(&d);
-  return d;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d);
+  *blocks = sms / 2 > 64 ? 64 : sms / 2 < 1 ? 1 : sms / 2;
+  return MEP_OK;
 }
 
 static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
@@ -220,11 +227,7 @@ static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
   kp->g.active = dact;
   kp->g.status = dstatus;
   kp->g.timeout_ns = (uint64_t)comm->timeout_ms * 1000000u;
-  /* half the GPU's multiprocessors (at most 64 blocks): a peer's kernel
-   * on the same GPU must find room to run at the same time */
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cu_device());
-  kp->g.sms = sms / 2 > 64 ? 64 : sms / 2;
+  kp->g.sms = kp->blocks;
   return MEP_OK;
 }
 
@@ -232,17 +235,34 @@ int mep__kpath_setup(mep_comm_t *comm, mep__cuda_t *cu) {
   uint8_t *act = calloc((size_t)comm->max_size, 1);
   if (!act) return mep__err(MEP_ERR_NOMEM, "out of memory");
   mep_comm_active(comm, act, comm->max_size, NULL);
-  int32_t ok = reaches_all(comm, cu, act), all = 0;
-  int rc = mep_allreduce(comm, &ok, &all, 1, MEP_INT32, MEP_MIN, NULL);
+  /* minima of: reachable, size, -size (its maximum), blocks, -blocks */
+  int64_t ws = 0, blocks = 0, v[5];
+  int rc = shape(comm, &ws, &blocks);
+  int ok = rc == MEP_OK && reaches_all(comm, cu, act);
+  int64_t here[5] = {ok, ws, -ws, blocks, -blocks};
+  int arc = mep_allreduce(comm, here, v, 5, MEP_INT64, MEP_MIN, NULL);
   generation++;
-  if (rc < 0 || !all) {
-    if (rc >= 0 && ok)
+  if (rc || arc < 0) {
+    free(act);
+    return rc ? rc : mep__err_wrap(arc, "agreeing on the CUDA path");
+  }
+  if (!v[0] || v[1] != -v[2] || v[3] != -v[4]) {
+    if (ok && !v[0])
       snprintf(cu->why, sizeof cu->why, "another rank cannot reach all of "
                "its peers over nvlink");
+    else if (ok)
+      snprintf(cu->why, sizeof cu->why, "the ranks differ in [core] "
+               "cuda_workspace_bytes (%lld to %lld) or in their GPUs (%lld "
+               "to %lld blocks per launch)", (long long)v[1],
+               (long long)-v[2], (long long)v[3], (long long)-v[4]);
     free(act);
-    return rc < 0 ? mep__err_wrap(rc, "agreeing on the CUDA path") : 0;
+    return 0;
   }
   cu->kp = calloc(1, sizeof *cu->kp);
+  if (cu->kp) {
+    cu->kp->ws_bytes = (size_t)ws;
+    cu->kp->blocks = (int)blocks;
+  }
   rc = cu->kp ? build(comm, cu->kp, act)
               : mep__err(MEP_ERR_NOMEM, "out of memory");
   free(act);
