@@ -94,7 +94,7 @@ extern "C" int mep__dc_allreduce(const mep__dc_group_t *g, const void *send,
   rc = dc_prepare(g, what, &c);
   if (rc) return rc;
   size_t bytes;
-  rc = dc_mul(what, count, dc_dtype_size(dt), &bytes);
+  rc = dc_mul(what, count, mep_dtype_size(dt), &bytes);
   if (rc) return rc;
   if (count == 0) return 0;
   if (!send || !recv)

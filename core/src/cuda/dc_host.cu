@@ -148,17 +148,3 @@ int dc_mul(const char *what, size_t a, size_t b, size_t *out) {
   return 0;
 }
 
-size_t dc_dtype_size(mep_dtype_t dt) {
-  switch (dt) {
-  case MEP_FLOAT16:
-  case MEP_BFLOAT16: return 2;
-  case MEP_FLOAT32:
-  case MEP_INT32: return 4;
-  case MEP_FLOAT64:
-  case MEP_INT64: return 8;
-  case MEP_INT8:
-  case MEP_UINT8:
-  case MEP_BOOL: return 1;
-  }
-  return 0;
-}

@@ -28,10 +28,6 @@ int dc_check_reduction(const char *what, mep_dtype_t dt, mep_op_t op,
 /* Blocks for a launch that moves `bytes` (same on every rank). */
 int dc_blocks(const mep__dc_group_t *g, size_t bytes);
 
-/* Bytes per element of dt (bool: 1), 0 for an unknown dtype; the same as
- * mep_dtype_size, kept here so the kernels need nothing of libmep. */
-size_t dc_dtype_size(mep_dtype_t dt);
-
 /* a * b, or MEP_ERR_INVALID on overflow. */
 int dc_mul(const char *what, size_t a, size_t b, size_t *out);
 

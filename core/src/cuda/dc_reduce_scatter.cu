@@ -55,7 +55,7 @@ extern "C" int mep__dc_reduce_scatter(const mep__dc_group_t *g,
   rc = dc_prepare(g, what, &c);
   if (rc) return rc;
   size_t bytes;
-  rc = dc_mul(what, count_per_rank, dc_dtype_size(dt) * (size_t)g->nranks,
+  rc = dc_mul(what, count_per_rank, mep_dtype_size(dt) * (size_t)g->nranks,
               &bytes);
   if (rc) return rc;
   if (count_per_rank == 0) return 0;
