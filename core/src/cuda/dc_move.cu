@@ -64,15 +64,24 @@ static int dc_need(const mep__dc_group_t *g, const char *what, size_t bytes,
   return 0;
 }
 
+/* The checks of a collective that moves bytes_per_rank to or from every
+ * rank (nranks blocks of it must be addressable). */
+static int dc_per_rank(const mep__dc_group_t *g, const char *what,
+                       size_t bytes_per_rank, const void *send, void *recv,
+                       DcCtx *c) {
+  int rc = dc_prepare(g, what, c);
+  size_t total;
+  if (!rc) rc = dc_mul(what, bytes_per_rank, (size_t)g->nranks, &total);
+  if (!rc) rc = dc_need(g, what, bytes_per_rank, send, recv);
+  return rc;
+}
+
 extern "C" int mep__dc_allgather(const mep__dc_group_t *g, const void *send,
                                  void *recv, size_t bytes_per_rank,
                                  void *stream) {
   const char *what = "allgather";
   DcCtx c;
-  int rc = dc_prepare(g, what, &c);
-  size_t total;
-  if (!rc) rc = dc_mul(what, bytes_per_rank, (size_t)g->nranks, &total);
-  if (!rc) rc = dc_need(g, what, bytes_per_rank, send, recv);
+  int rc = dc_per_rank(g, what, bytes_per_rank, send, recv, &c);
   if (rc) return rc;
   cudaStream_t st = (cudaStream_t)stream;
   for (size_t off = 0; off < bytes_per_rank; off += c.chunk) {
@@ -89,10 +98,7 @@ extern "C" int mep__dc_alltoall(const mep__dc_group_t *g, const void *send,
                                 void *stream) {
   const char *what = "alltoall";
   DcCtx c;
-  int rc = dc_prepare(g, what, &c);
-  size_t total;
-  if (!rc) rc = dc_mul(what, bytes_per_rank, (size_t)g->nranks, &total);
-  if (!rc) rc = dc_need(g, what, bytes_per_rank, send, recv);
+  int rc = dc_per_rank(g, what, bytes_per_rank, send, recv, &c);
   if (rc) return rc;
   cudaStream_t st = (cudaStream_t)stream;
   size_t per = c.chunk / (size_t)g->nranks & ~(size_t)15;
