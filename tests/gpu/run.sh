@@ -8,6 +8,7 @@
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
 # none. Logs and tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
 # test and "N passed, N failed" at the end; exits 1 on any failure.
+# SKIP="name ..." leaves tests out; BENCH_ARGS go to scripts/bench-cuda.py.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 phase=all
@@ -15,7 +16,7 @@ for a in "$@"; do
   case $a in
   --tests) phase=tests ;;     # the C tests only
   --python) phase=python ;;   # the PyTorch test and the benchmark only
-  -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
