@@ -320,6 +320,18 @@ static int choose_routes(mep_comm_t *comm, mep__card_t *cards) {
   return MEP_OK;
 }
 
+/* Connects to rank p over tp, at the address p's card gives for tp (the
+ * route was picked from that card, so it has one). */
+static int connect_over(mep_comm_t *comm, int p, mep__tp_t *tp,
+                        const mep__card_t *card, mep_tp_ep_t **ep) {
+  const mep__card_tp_t *ptp = mep__card_find(card, tp->name);
+  mep__err_clear();
+  int rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len, ep);
+  return rc ? mep__err_wrap(rc, "rank %d: connect to rank %d over %s",
+                            comm->rank, p, tp->name)
+            : MEP_OK;
+}
+
 int mep__comm_connect_peer(mep_comm_t *comm, int p, const mep__card_t *card,
                            mep_tp_ep_t **ep) {
   int rc = choose_route(comm, p, card);
@@ -331,15 +343,7 @@ int mep__comm_connect_peer(mep_comm_t *comm, int p, const mep__card_t *card,
                     "which this rank does not run (no rank used it when the "
                     "communicator was made)", comm->rank, p, tp->name);
   tp->used = 1;
-  const mep__card_tp_t *ptp = NULL;
-  for (int i = 0; i < card->ntp; i++)
-    if (strcmp(card->tp[i].name, tp->name) == 0) ptp = &card->tp[i];
-  mep__err_clear();
-  rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len, ep);
-  if (rc)
-    return mep__err_wrap(rc, "rank %d: connect to rank %d over %s",
-                         comm->rank, p, tp->name);
-  return MEP_OK;
+  return connect_over(comm, p, tp, card, ep);
 }
 
 /* Ranks connect to their peers in increasing rank order; for the smallest
@@ -349,15 +353,9 @@ static int connect_all(mep_comm_t *comm, mep__card_t *cards) {
   for (int p = 0; p < comm->size; p++) {
     mep__peer_t *peer = &comm->peers[p];
     if (p == comm->rank) continue;
-    mep__tp_t *tp = &comm->tps[peer->tp];
-    const mep__card_tp_t *ptp = NULL;
-    for (int i = 0; i < cards[p].ntp; i++)
-      if (strcmp(cards[p].tp[i].name, tp->name) == 0) ptp = &cards[p].tp[i];
-    mep__err_clear();
-    int rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len, &peer->ep);
-    if (rc)
-      return mep__err_wrap(rc, "rank %d: connect to rank %d over %s",
-                           comm->rank, p, tp->name);
+    int rc = connect_over(comm, p, &comm->tps[peer->tp], &cards[p],
+                          &peer->ep);
+    if (rc) return rc;
   }
   return MEP_OK;
 }

@@ -67,12 +67,10 @@ static int nvlink_index(const mep_comm_t *comm) {
   return -1;
 }
 
-static const mep__card_tp_t *card_tp(const mep__card_t *card,
-                                     const char *name) {
-  for (int i = 0; i < card->ntp; i++)
-    if (strcmp(card->tp[i].name, name) == 0 && card->tp[i].available)
-      return &card->tp[i];
-  return NULL;
+/* The peer's nvlink entry, when its nvlink started. */
+static const mep__card_tp_t *nvlink_of(const mep__card_t *card) {
+  const mep__card_tp_t *t = mep__card_find(card, "nvlink");
+  return t && t->available ? t : NULL;
 }
 
 /* Whether this rank reaches every active peer over nvlink (why if not). */
@@ -94,7 +92,7 @@ static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
     mep__card_t card;
     memset(&card, 0, sizeof card);
     int ok = mep__comm_fetch_card(comm, p, &card) == MEP_OK;
-    const mep__card_tp_t *ptp = ok ? card_tp(&card, "nvlink") : NULL;
+    const mep__card_tp_t *ptp = ok ? nvlink_of(&card) : NULL;
     char why[160] = "its nvlink transport did not start";
     ok = ptp && tp->vt->reachable(tp->ctx, p, ptp->addr, ptp->addr_len, why,
                                   sizeof why) == 1;
@@ -122,7 +120,7 @@ static int import_peer(mep_comm_t *comm, struct mep__kpath *kp, int p,
   mep__card_t card;
   memset(&card, 0, sizeof card);
   int rc = mep__comm_fetch_card(comm, p, &card);
-  const mep__card_tp_t *ptp = rc ? NULL : card_tp(&card, "nvlink");
+  const mep__card_tp_t *ptp = rc ? NULL : nvlink_of(&card);
   if (!rc && !ptp)
     rc = mep__err(MEP_ERR_UNREACHABLE, "rank %d has no nvlink address", p);
   if (!rc) rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len,

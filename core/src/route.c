@@ -272,3 +272,10 @@ int mep__route_parse_list(const char *list, const char *default_list,
   if (rc) free_names(out, *n), *n = 0;
   return rc;
 }
+
+const mep__card_tp_t *mep__card_find(const mep__card_t *card,
+                                     const char *name) {
+  for (int i = 0; i < card->ntp; i++)
+    if (strcmp(card->tp[i].name, name) == 0) return &card->tp[i];
+  return NULL;
+}

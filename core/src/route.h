@@ -41,6 +41,9 @@ typedef struct mep__card {
 } mep__card_t;
 
 void mep__card_encode(const mep__card_t *card, mep__wbuf_t *out);
+/* The card's entry for transport `name`, or NULL. */
+const mep__card_tp_t *mep__card_find(const mep__card_t *card,
+                                     const char *name);
 /* MEP_ERR_PROTOCOL for a blob that is not a well-formed card. */
 int mep__card_decode(const void *blob, size_t len, mep__card_t *card);
 void mep__card_free(mep__card_t *card);
