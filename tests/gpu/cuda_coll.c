@@ -27,6 +27,7 @@
 #include <mep/mep.h>
 
 #include "../../tools/common/launch.h"
+#include "gpu_probe.h"
 
 typedef struct cfg {
   int n, kill, graph, big;
@@ -408,16 +409,6 @@ static int usage(FILE *f, int code) {
   return code;
 }
 
-/* A child touches CUDA first: the parent must not, or the ranks it forks
- * cannot use the GPU. */
-static int gpu_present(void) {
-  pid_t pid = fork();
-  if (pid == 0) _exit(mep_cuda_available() ? 0 : 77);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
-
 int main(int argc, char **argv) {
   cfg_t k = {.n = 2, .seed = (uint64_t)time(NULL), .path = "auto"};
   for (int i = 1; i < argc; i++) {
@@ -433,7 +424,7 @@ int main(int argc, char **argv) {
     else return usage(stderr, 2);
   }
   if (k.n < 1) return usage(stderr, 2);
-  if (!gpu_present()) {
+  if (!gpu_usable()) {
     printf("cuda_coll: no usable GPU (or libmep built without CUDA): "
            "skipped\n");
     return 77;

@@ -5,12 +5,12 @@
  * (77) where a GPU is usable: tests/gpu/run.sh covers that side. */
 #include <stdio.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <mep/mep.h>
 
 #include "../../tools/common/launch.h"
+#include "gpu_probe.h"
 
 static int fails;
 #define EXPECT(c, ...)                                            \
@@ -54,11 +54,7 @@ int main(int argc, char **argv) {
     printf("usage: cuda_nogpu (no arguments)\n");
     return strcmp(argv[1], "--help") ? 2 : 0;
   }
-  pid_t pid = fork(); /* CUDA stays out of the parent that forks ranks */
-  if (pid == 0) _exit(mep_cuda_available() ? 77 : 0);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+  if (gpu_usable()) {
     printf("cuda_nogpu: a GPU is usable here: skipped\n");
     return 77;
   }
