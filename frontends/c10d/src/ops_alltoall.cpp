@@ -1,4 +1,5 @@
 // ops_alltoall.cpp - all-to-all, flat with (un)even splits and as lists.
+#include <functional>
 #include <memory>
 #include <numeric>
 
@@ -17,6 +18,18 @@ namespace {
 struct Layout {
   std::vector<size_t> counts, displs;
 };
+
+// The core's uneven all-to-all of flat src into flat dst; the layouts must
+// outlive the call (the work keeps them, the Submit runs at once).
+std::function<int(mep_comm_t *, mep_req_t **)> alltoallv_call(
+    const at::Tensor &src, const at::Tensor &dst, const Layout &sl,
+    const Layout &rl, mep_dtype_t dtype) {
+  return [&src, &dst, &sl, &rl, dtype](mep_comm_t *c, mep_req_t **r) {
+    return mep_alltoallv(c, data_of(src), sl.counts.data(), sl.displs.data(),
+                         data_of(dst), rl.counts.data(), rl.displs.data(),
+                         dtype, r);
+  };
+}
 
 // Rows of dim 0 per rank: the splits given, or an even share.
 Layout rows_layout(const char *op, const char *side, const at::Tensor &t,
@@ -109,11 +122,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
   return issue(w, [&](MepWork &w) {
     w.keep(src);
     w.keep(dst);
-    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
-      return mep_alltoallv(c, data_of(src), sl->counts.data(),
-                           sl->displs.data(), data_of(dst), rl->counts.data(),
-                           rl->displs.data(), el.dtype, r);
-    });
+    submit(w, true, alltoallv_call(src, dst, *sl, *rl, el.dtype));
     copy_back(w, output, dst);
   });
 }
@@ -158,11 +167,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
     at::Tensor dst = scratch(w, total_numel(outs), like.scalar_type());
     w.keep(src);
     w.keep(dst);
-    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
-      return mep_alltoallv(c, data_of(src), sl->counts.data(),
-                           sl->displs.data(), data_of(dst), rl->counts.data(),
-                           rl->displs.data(), el.dtype, r);
-    });
+    submit(w, true, alltoallv_call(src, dst, *sl, *rl, el.dtype));
     w.on_success([outs, dst](const std::vector<int> &dropped) {
       int64_t off = 0;
       for (size_t r = 0; r < outs.size(); r++) {
