@@ -63,7 +63,7 @@ static const mep__config_key_t table[] = {
      "CUDA collectives: kernels on the peers' memory where every peer is "
      "reached over nvlink (auto, or kernel: fail otherwise), or always "
      "through pinned host memory and the routed transports (staged)"},
-    {"core", "cuda_workspace_bytes", "33554432", MEP__CFG_INT, 1048576, TIB,
+    {"core", "cuda_workspace_bytes", "134217728", MEP__CFG_INT, 1048576, TIB,
      NULL,
      "device memory each rank shares with its peers for the CUDA "
      "collective kernels; larger messages go in rounds of this size"},

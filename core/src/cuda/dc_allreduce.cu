@@ -11,71 +11,88 @@
  * rank order, so the results stay identical. */
 #include "dc_host.h"
 
+/* Both kernels go through count elements in rounds of at most `per`
+ * (the result area, c.chunk); the ranks waited for in a round are those
+ * that answered the one before. */
 template <class T, int OP>
 __global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_oneshot(DcCtx c, const char *send, char *recv, size_t n) {
+    dc_k_oneshot(DcCtx c, const char *send, char *recv, size_t count,
+                 size_t per) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
   constexpr size_t S = sizeof(typename T::St);
-  size_t lo, hi;
-  dc_part(n, 16 / S, &lo, &hi);
-  dc_copy(dc_buf(c, sb, c.rank) + lo * S, send + lo * S, (hi - lo) * S);
-  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
-  int k = dc_sources(c, sb, m, 0);
-  dc_reduce_range<T, OP>(sb, k, recv, nullptr, lo, hi);
-  dc_end(c, sb);
-}
-
-template <class T, int OP>
-__global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_twoshot(DcCtx c, const char *send, char *recv, size_t n) {
-  __shared__ DcBlock sb;
-  if (!dc_begin(c, sb)) return;
-  constexpr size_t S = sizeof(typename T::St);
-  constexpr size_t E = 16 / S;
-  size_t lo, hi;
-  dc_part(n, E, &lo, &hi);
-  dc_copy(dc_buf(c, sb, c.rank) + lo * S, send + lo * S, (hi - lo) * S);
-  unsigned int m0 = dc_barrier(c, sb, 0, sb.start_mask);
-  int k = dc_sources(c, sb, m0, 0);
-  int me = __popc(m0 & ((1u << c.rank) - 1));
-  size_t slo, shi;
-  dc_split(lo, hi, E, k, me, &slo, &shi);
-  dc_reduce_range<T, OP>(sb, k, recv, dc_buf(c, sb, c.rank) + c.chunk, slo,
-                         shi);
-  unsigned int m1 = dc_barrier(c, sb, 1, m0);
-  for (int r = 0, j = 0; r < c.nranks; ++r) {
-    if (!((m0 >> r) & 1u)) continue;
-    int pos = j++;
-    if (r == c.rank) continue;
-    dc_split(lo, hi, E, k, pos, &slo, &shi);
-    if ((m1 >> r) & 1u)
-      dc_copy(recv + slo * S, dc_buf(c, sb, r) + c.chunk + slo * S,
-              (shi - slo) * S);
-    else
-      dc_reduce_range<T, OP>(sb, k, recv, nullptr, slo, shi);
+  const size_t n0 = min(count, per);
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < count; off += per, ++k) {
+    dc_round(sb, k);
+    size_t lo, hi;
+    dc_range(n0, min(per, count - off), 16 / S, &lo, &hi);
+    dc_copy(dc_buf(c, sb, c.rank) + lo * S, send + (off + lo) * S,
+            (hi - lo) * S);
+    live = dc_barrier(c, sb, 0, live);
+    int nsrc = dc_sources(c, sb, live, 0);
+    dc_reduce_range<T, OP>(sb, nsrc, recv + off * S, nullptr, lo, hi);
   }
   dc_end(c, sb);
 }
 
+template <class T, int OP>
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_twoshot(DcCtx c, const char *send, char *recv, size_t count,
+                 size_t per) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  constexpr size_t S = sizeof(typename T::St);
+  constexpr size_t E = 16 / S;
+  const size_t n0 = min(count, per);
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, rd = 0; off < count; off += per, ++rd) {
+    dc_round(sb, rd);
+    const char *in = send + off * S;
+    char *out = recv + off * S;
+    char *own = dc_buf(c, sb, c.rank);
+    size_t lo, hi;
+    dc_range(n0, min(per, count - off), E, &lo, &hi);
+    dc_copy(own + lo * S, in + lo * S, (hi - lo) * S);
+    unsigned int m0 = dc_barrier(c, sb, 0, live);
+    int k = dc_sources(c, sb, m0, 0);
+    int me = __popc(m0 & ((1u << c.rank) - 1));
+    size_t slo, shi;
+    dc_split(lo, hi, E, k, me, &slo, &shi);
+    dc_reduce_range<T, OP>(sb, k, out, own + c.chunk, slo, shi);
+    unsigned int m1 = dc_barrier(c, sb, 1, m0);
+    for (int r = 0, j = 0; r < c.nranks; ++r) {
+      if (!((m0 >> r) & 1u)) continue;
+      int pos = j++;
+      if (r == c.rank) continue;
+      dc_split(lo, hi, E, k, pos, &slo, &shi);
+      if ((m1 >> r) & 1u)
+        dc_copy(out + slo * S, dc_buf(c, sb, r) + c.chunk + slo * S,
+                (shi - slo) * S);
+      else
+        dc_reduce_range<T, OP>(sb, k, out, nullptr, slo, shi);
+    }
+    live = m1;
+  }
+  dc_end(c, sb);
+}
+
+/* One launch for the whole message: its rounds run back to back in every
+ * block, without a grid-wide stop between them. */
 template <class T, int OP> struct DcAllreduce {
   static int run(const mep__dc_group_t *g, const DcCtx *c, const char *send,
                  char *recv, size_t count, int two, cudaStream_t st) {
     constexpr size_t S = sizeof(typename T::St);
     size_t per = c->chunk / S;
-    for (size_t off = 0; off < count; off += per) {
-      size_t n = count - off < per ? count - off : per;
-      int nb = dc_blocks(g, n * S);
-      if (two)
-        dc_k_twoshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send + off * S,
-                                                      recv + off * S, n);
-      else
-        dc_k_oneshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send + off * S,
-                                                      recv + off * S, n);
-      int rc = dc_launch_result(g, "allreduce");
-      if (rc) return rc;
-    }
-    return 0;
+    size_t n0 = count < per ? count : per;
+    int nb = dc_blocks(g, n0 * S);
+    if (two)
+      dc_k_twoshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send, recv, count,
+                                                    per);
+    else
+      dc_k_oneshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send, recv, count,
+                                                    per);
+    return dc_launch_result(g, "allreduce");
   }
 };
 

@@ -5,53 +5,80 @@
  * left untouched in the output. */
 #include "dc_host.h"
 
+/* Each kernel goes through the message in rounds of at most `per` bytes
+ * (of each rank's block for allgather and alltoall); the ranks waited for
+ * in a round are those that answered the one before. Our own block never
+ * goes through a peer: allgather copies it to the output in the staging
+ * pass, alltoall copies it directly. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_allgather(DcCtx c, const char *send, char *recv, size_t piece,
-                   size_t bpr) {
+    dc_k_allgather(DcCtx c, const char *send, char *recv, size_t bpr,
+                   size_t per) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
-  size_t lo, hi;
-  dc_part(piece, 16, &lo, &hi);
-  dc_copy(dc_buf(c, sb, c.rank) + lo, send + lo, hi - lo);
-  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
-  for (int r = 0; r < c.nranks; ++r)
-    if ((m >> r) & 1u)
-      dc_copy(recv + r * bpr + lo, dc_buf(c, sb, r) + lo, hi - lo);
+  const size_t n0 = min(bpr, per);
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < bpr; off += per, ++k) {
+    dc_round(sb, k);
+    size_t lo, hi;
+    dc_range(n0, min(per, bpr - off), 16, &lo, &hi);
+    dc_copy2(dc_buf(c, sb, c.rank) + lo, recv + c.rank * bpr + off + lo,
+             send + off + lo, hi - lo);
+    live = dc_barrier(c, sb, 0, live);
+    for (int r = 0; r < c.nranks; ++r)
+      if (r != c.rank && ((live >> r) & 1u))
+        dc_copy(recv + r * bpr + off + lo, dc_buf(c, sb, r) + lo, hi - lo);
+  }
   dc_end(c, sb);
 }
 
-/* Block r of send (at r * bpr) is staged at r * stride. */
+/* Block r of send (at r * bpr) is staged at r * stride, stride being the
+ * first round's piece rounded up to 16 bytes (every round alike, see
+ * dc_range). */
 __global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_alltoall(DcCtx c, const char *send, char *recv, size_t piece,
-                  size_t stride, size_t bpr) {
+    dc_k_alltoall(DcCtx c, const char *send, char *recv, size_t bpr,
+                  size_t per, size_t stride) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
-  size_t lo, hi;
-  dc_part(piece, 16, &lo, &hi);
-  char *stage = dc_buf(c, sb, c.rank);
-  for (int r = 0; r < c.nranks; ++r)
-    if ((sb.start_mask >> r) & 1u)
-      dc_copy(stage + r * stride + lo, send + r * bpr + lo, hi - lo);
-  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
-  for (int r = 0; r < c.nranks; ++r)
-    if ((m >> r) & 1u)
-      dc_copy(recv + r * bpr + lo, dc_buf(c, sb, r) + c.rank * stride + lo,
-              hi - lo);
+  const size_t n0 = min(bpr, per);
+  const size_t mine = c.rank * bpr;
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < bpr; off += per, ++k) {
+    dc_round(sb, k);
+    size_t lo, hi;
+    dc_range(n0, min(per, bpr - off), 16, &lo, &hi);
+    char *stage = dc_buf(c, sb, c.rank);
+    for (int r = 0; r < c.nranks; ++r)
+      if (r != c.rank && ((live >> r) & 1u))
+        dc_copy(stage + r * stride + lo, send + r * bpr + off + lo, hi - lo);
+    if (send != recv)
+      dc_copy(recv + mine + off + lo, send + mine + off + lo, hi - lo);
+    live = dc_barrier(c, sb, 0, live);
+    for (int r = 0; r < c.nranks; ++r)
+      if (r != c.rank && ((live >> r) & 1u))
+        dc_copy(recv + r * bpr + off + lo,
+                dc_buf(c, sb, r) + c.rank * stride + lo, hi - lo);
+  }
   dc_end(c, sb);
 }
 
 /* Everyone waits for everyone (not only for the root) so that no rank runs
- * two launches ahead and overwrites a buffer still being read. */
+ * two rounds ahead and overwrites a buffer still being read. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_broadcast(DcCtx c, char *buf, size_t n, int root) {
+    dc_k_broadcast(DcCtx c, char *buf, size_t bytes, size_t per, int root) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
-  size_t lo, hi;
-  dc_part(n, 16, &lo, &hi);
-  if (c.rank == root) dc_copy(dc_buf(c, sb, c.rank) + lo, buf + lo, hi - lo);
-  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
-  if (c.rank != root && ((m >> root) & 1u))
-    dc_copy(buf + lo, dc_buf(c, sb, root) + lo, hi - lo);
+  const size_t n0 = min(bytes, per);
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < bytes; off += per, ++k) {
+    dc_round(sb, k);
+    size_t lo, hi;
+    dc_range(n0, min(per, bytes - off), 16, &lo, &hi);
+    if (c.rank == root)
+      dc_copy(dc_buf(c, sb, c.rank) + lo, buf + off + lo, hi - lo);
+    live = dc_barrier(c, sb, 0, live);
+    if (c.rank != root && ((live >> root) & 1u))
+      dc_copy(buf + off + lo, dc_buf(c, sb, root) + lo, hi - lo);
+  }
   dc_end(c, sb);
 }
 
@@ -83,14 +110,12 @@ extern "C" int mep__dc_allgather(const mep__dc_group_t *g, const void *send,
   DcCtx c;
   int rc = dc_per_rank(g, what, bytes_per_rank, send, recv, &c);
   if (rc) return rc;
-  cudaStream_t st = (cudaStream_t)stream;
-  for (size_t off = 0; off < bytes_per_rank; off += c.chunk) {
-    size_t n = bytes_per_rank - off < c.chunk ? bytes_per_rank - off : c.chunk;
-    dc_k_allgather<<<dc_blocks(g, n * (size_t)g->nranks), DC_THREADS, 0, st>>>(
-        c, (const char *)send + off, (char *)recv + off, n, bytes_per_rank);
-    if ((rc = dc_launch_result(g, what))) return rc;
-  }
-  return 0;
+  if (bytes_per_rank == 0) return 0;
+  size_t n0 = bytes_per_rank < c.chunk ? bytes_per_rank : c.chunk;
+  dc_k_allgather<<<dc_blocks(g, n0 * (size_t)g->nranks), DC_THREADS, 0,
+                   (cudaStream_t)stream>>>(c, (const char *)send, (char *)recv,
+                                           bytes_per_rank, c.chunk);
+  return dc_launch_result(g, what);
 }
 
 extern "C" int mep__dc_alltoall(const mep__dc_group_t *g, const void *send,
@@ -100,17 +125,14 @@ extern "C" int mep__dc_alltoall(const mep__dc_group_t *g, const void *send,
   DcCtx c;
   int rc = dc_per_rank(g, what, bytes_per_rank, send, recv, &c);
   if (rc) return rc;
-  cudaStream_t st = (cudaStream_t)stream;
+  if (bytes_per_rank == 0) return 0;
   size_t per = c.chunk / (size_t)g->nranks & ~(size_t)15;
-  for (size_t off = 0; off < bytes_per_rank; off += per) {
-    size_t n = bytes_per_rank - off < per ? bytes_per_rank - off : per;
-    size_t stride = (n + 15) & ~(size_t)15;
-    dc_k_alltoall<<<dc_blocks(g, n * (size_t)g->nranks), DC_THREADS, 0, st>>>(
-        c, (const char *)send + off, (char *)recv + off, n, stride,
-        bytes_per_rank);
-    if ((rc = dc_launch_result(g, what))) return rc;
-  }
-  return 0;
+  size_t n0 = bytes_per_rank < per ? bytes_per_rank : per;
+  size_t stride = (n0 + 15) & ~(size_t)15;
+  dc_k_alltoall<<<dc_blocks(g, n0 * (size_t)g->nranks), DC_THREADS, 0,
+                  (cudaStream_t)stream>>>(c, (const char *)send, (char *)recv,
+                                          bytes_per_rank, per, stride);
+  return dc_launch_result(g, what);
 }
 
 extern "C" int mep__dc_broadcast(const mep__dc_group_t *g, void *buf,
@@ -124,12 +146,9 @@ extern "C" int mep__dc_broadcast(const mep__dc_group_t *g, void *buf,
     return dc_fail(MEP_ERR_INVALID,
                    "devcoll: broadcast on rank %d: root %d is not in 0..%d",
                    g->rank, root, g->nranks - 1);
-  cudaStream_t st = (cudaStream_t)stream;
-  for (size_t off = 0; off < bytes; off += c.chunk) {
-    size_t n = bytes - off < c.chunk ? bytes - off : c.chunk;
-    dc_k_broadcast<<<dc_blocks(g, n), DC_THREADS, 0, st>>>(
-        c, (char *)buf + off, n, root);
-    if ((rc = dc_launch_result(g, what))) return rc;
-  }
-  return 0;
+  if (bytes == 0) return 0;
+  size_t n0 = bytes < c.chunk ? bytes : c.chunk;
+  dc_k_broadcast<<<dc_blocks(g, n0), DC_THREADS, 0, (cudaStream_t)stream>>>(
+      c, (char *)buf, bytes, c.chunk, root);
+  return dc_launch_result(g, what);
 }

@@ -151,46 +151,85 @@ template <typename S> union DcPack {
   S s[16 / sizeof(S)];
 };
 
-/* Elements [lo, hi) of dst (and of dst2 unless NULL) = the reduction, in
- * rank order, of the k sources sb.src[0..k) (16-byte aligned element-0
- * bases). lo is a multiple of the elements per 16 bytes; dst2 is 16-byte
- * aligned; dst needs only element alignment. */
-template <class T, int OP>
-static __device__ void dc_reduce_range(const DcBlock &sb, int k, char *dst,
-                                char *dst2, size_t lo, size_t hi) {
+/* Packs to reduce per thread at once: with the next source's loads issued
+ * before the current one is combined, 2 x this many 16-byte loads are in
+ * flight. Smaller for the 1-byte types, whose int accumulators take 16
+ * registers a pack. */
+#define DC_REDUCE_UNROLL(S) (sizeof(S) == 1 ? 2 : 4)
+
+/* Loads U packs, a block-stride apart, of one source. */
+template <typename S, int U>
+__device__ __forceinline__ void dc_ld_packs(DcPack<S> (&v)[U], const char *src,
+                                            size_t p, size_t bd) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) v[u].u = __ldcg((const uint4 *)src + p + u * bd);
+}
+
+/* Packs p, p + bd, ... (U of them) of dst (and of dst2 unless NULL) = the
+ * rank-ordered reduction of the k sources. */
+template <class T, int OP, int U>
+__device__ __forceinline__ void dc_reduce_packs(const DcBlock &sb, int k,
+                                                char *dst, bool dst_vec,
+                                                char *dst2, size_t p,
+                                                size_t bd) {
   typedef typename T::St S;
   typedef typename T::Acc A;
   constexpr int E = 16 / sizeof(S);
-  size_t p_hi = hi / E;
-  bool dst_vec = ((uintptr_t)dst & 15) == 0;
-  for (size_t p = lo / E + threadIdx.x; p < p_hi; p += blockDim.x) {
-    DcPack<S> v[MEP__DC_MAX_RANKS];
+  DcPack<S> v[U], w[U];
+  A acc[U][E];
+  dc_ld_packs<S, U>(v, sb.src[0], p, bd);
+  if (k > 1) dc_ld_packs<S, U>(w, sb.src[1], p, bd);
 #pragma unroll
-    for (int j = 0; j < MEP__DC_MAX_RANKS; ++j)
-      if (j < k) v[j].u = __ldcg((const uint4 *)sb.src[j] + p);
-    A acc[E];
+  for (int u = 0; u < U; ++u)
 #pragma unroll
-    for (int e = 0; e < E; ++e) acc[e] = T::ld(v[0].s[e]);
+    for (int e = 0; e < E; ++e) acc[u][e] = T::ld(v[u].s[e]);
+  for (int j = 1; j < k; ++j) {
 #pragma unroll
-    for (int j = 1; j < MEP__DC_MAX_RANKS; ++j) {
-      if (j < k) {
+    for (int u = 0; u < U; ++u) v[u] = w[u]; /* source j */
+    if (j + 1 < k) dc_ld_packs<S, U>(w, sb.src[j + 1], p, bd);
 #pragma unroll
-        for (int e = 0; e < E; ++e)
-          acc[e] = dc_comb<T, OP>(acc[e], T::ld(v[j].s[e]));
-      }
-    }
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int e = 0; e < E; ++e)
+        acc[u][e] = dc_comb<T, OP>(acc[u][e], T::ld(v[u].s[e]));
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
     DcPack<S> out;
 #pragma unroll
-    for (int e = 0; e < E; ++e) out.s[e] = dc_fin<T, OP>(acc[e], k);
+    for (int e = 0; e < E; ++e) out.s[e] = dc_fin<T, OP>(acc[u][e], k);
+    size_t q = p + u * bd;
     if (dst_vec) {
-      ((uint4 *)dst)[p] = out.u;
+      ((uint4 *)dst)[q] = out.u;
     } else {
 #pragma unroll
-      for (int e = 0; e < E; ++e) ((S *)dst)[p * E + e] = out.s[e];
+      for (int e = 0; e < E; ++e) ((S *)dst)[q * E + e] = out.s[e];
     }
-    if (dst2) ((uint4 *)dst2)[p] = out.u;
+    if (dst2) ((uint4 *)dst2)[q] = out.u;
   }
-  for (size_t i = p_hi * E + threadIdx.x; i < hi; i += blockDim.x) {
+}
+
+/* Elements [lo, hi) of dst (and of dst2 unless NULL) = the reduction, in
+ * rank order, of the k >= 1 sources sb.src[0..k) (16-byte aligned
+ * element-0 bases). lo is a multiple of the elements per 16 bytes unless
+ * the range is empty; dst2 is 16-byte aligned; dst needs only element
+ * alignment. */
+template <class T, int OP>
+static __device__ void dc_reduce_range(const DcBlock &sb, int k, char *dst,
+                                       char *dst2, size_t lo, size_t hi) {
+  typedef typename T::St S;
+  typedef typename T::Acc A;
+  constexpr int E = 16 / sizeof(S);
+  constexpr int U = DC_REDUCE_UNROLL(S);
+  if (lo >= hi) return;
+  const size_t bd = blockDim.x, p_hi = hi / E;
+  const bool dst_vec = ((uintptr_t)dst & 15) == 0;
+  size_t p = lo / E + threadIdx.x;
+  for (; p + (U - 1) * bd < p_hi; p += U * bd)
+    dc_reduce_packs<T, OP, U>(sb, k, dst, dst_vec, dst2, p, bd);
+  for (; p < p_hi; p += bd)
+    dc_reduce_packs<T, OP, 1>(sb, k, dst, dst_vec, dst2, p, bd);
+  for (size_t i = p_hi * E + threadIdx.x; i < hi; i += bd) {
     A acc = T::ld(dc_ld1((const S *)sb.src[0] + i));
     for (int j = 1; j < k; ++j)
       acc = dc_comb<T, OP>(acc, T::ld(dc_ld1((const S *)sb.src[j] + i)));

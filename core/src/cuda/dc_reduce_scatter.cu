@@ -3,25 +3,32 @@
  * rank reduces its own slice from every active rank's staged piece. */
 #include "dc_host.h"
 
-/* send: slice r's piece at send + r * cpr elements; staged at r * stride
- * elements (stride keeps every staged piece 16-byte aligned). */
+/* send: slice r's piece at send + r * cpr elements. A round takes at most
+ * `per` elements of each slice; slice r's are staged at r * stride
+ * elements, stride being the first round's piece rounded up to 16 bytes
+ * (every round alike, see dc_range; every staged piece 16-byte aligned). */
 template <class T, int OP>
 __global__ void __launch_bounds__(DC_THREADS, 1)
-    dc_k_reduce_scatter(DcCtx c, const char *send, char *recv, size_t piece,
-                        size_t stride, size_t cpr) {
+    dc_k_reduce_scatter(DcCtx c, const char *send, char *recv, size_t cpr,
+                        size_t per, size_t stride) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
   constexpr size_t S = sizeof(typename T::St);
-  size_t lo, hi;
-  dc_part(piece, 16 / S, &lo, &hi);
-  char *stage = dc_buf(c, sb, c.rank);
-  for (int r = 0; r < c.nranks; ++r)
-    if ((sb.start_mask >> r) & 1u)
-      dc_copy(stage + (r * stride + lo) * S, send + (r * cpr + lo) * S,
-              (hi - lo) * S);
-  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
-  int k = dc_sources(c, sb, m, c.rank * stride * S);
-  dc_reduce_range<T, OP>(sb, k, recv, nullptr, lo, hi);
+  const size_t n0 = min(cpr, per);
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < cpr; off += per, ++k) {
+    dc_round(sb, k);
+    size_t lo, hi;
+    dc_range(n0, min(per, cpr - off), 16 / S, &lo, &hi);
+    char *stage = dc_buf(c, sb, c.rank);
+    for (int r = 0; r < c.nranks; ++r)
+      if ((live >> r) & 1u)
+        dc_copy(stage + (r * stride + lo) * S,
+                send + (r * cpr + off + lo) * S, (hi - lo) * S);
+    live = dc_barrier(c, sb, 0, live);
+    int nsrc = dc_sources(c, sb, live, c.rank * stride * S);
+    dc_reduce_range<T, OP>(sb, nsrc, recv + off * S, nullptr, lo, hi);
+  }
   dc_end(c, sb);
 }
 
@@ -31,16 +38,12 @@ template <class T, int OP> struct DcReduceScatter {
     constexpr size_t S = sizeof(typename T::St);
     constexpr size_t E = 16 / S;
     size_t per = c->chunk / S / (size_t)g->nranks / E * E;
-    for (size_t off = 0; off < cpr; off += per) {
-      size_t n = cpr - off < per ? cpr - off : per;
-      size_t stride = (n + E - 1) / E * E;
-      int nb = dc_blocks(g, n * S * (size_t)g->nranks);
-      dc_k_reduce_scatter<T, OP><<<nb, DC_THREADS, 0, st>>>(
-          *c, send + off * S, recv + off * S, n, stride, cpr);
-      int rc = dc_launch_result(g, "reduce_scatter");
-      if (rc) return rc;
-    }
-    return 0;
+    size_t n0 = cpr < per ? cpr : per;
+    size_t stride = (n0 + E - 1) / E * E;
+    int nb = dc_blocks(g, n0 * S * (size_t)g->nranks);
+    dc_k_reduce_scatter<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send, recv, cpr,
+                                                          per, stride);
+    return dc_launch_result(g, "reduce_scatter");
   }
 };
 

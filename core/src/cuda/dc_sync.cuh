@@ -3,11 +3,22 @@
  *
  * A launch's blocks never synchronise with each other: block b of a rank
  * only exchanges data with block b of its peers, and every rank splits the
- * work identically, so per-block flags are enough. The launch counter
- * ("seq") lives in our own flags region; every block reads it at start,
- * and the last block to finish stores seq + 1 (one writer), which the next
- * launch on the stream reads. A flag holds the seq of the last launch that
- * raised it, so a waiter waits for flag >= seq. */
+ * work identically, so per-block flags are enough.
+ *
+ * A launch moves a message in rounds of at most one buffer's worth; every
+ * round takes the next value of the counter ("seq") and so the other data
+ * buffer. The counter lives in our own flags region; every block reads it
+ * at start, and the last block to finish stores the seq of the launch's
+ * last round (one writer), which the next launch on the stream reads. A
+ * flag holds the seq of the last round that raised it, so a waiter waits
+ * for flag >= seq.
+ *
+ * Reusing a buffer two rounds later is safe per block: block b of a rank
+ * writes buffer X in round k + 2 only after it passed round k + 1's first
+ * barrier, so block b of every peer it waits for has finished round k
+ * (and stream order covers the launch before). That holds only because a
+ * block owns the same bytes of a buffer in every round of a launch (see
+ * dc_range): no other block of a peer ever reads them. */
 #ifndef MEP_SRC_CUDA_DC_SYNC_CUH
 #define MEP_SRC_CUDA_DC_SYNC_CUH
 
@@ -18,7 +29,10 @@
 
 #define DC_MAX_BLOCKS 64
 #define DC_NPHASE 2
-#define DC_THREADS 256
+#define DC_THREADS 512
+/* 16-byte words each thread has in flight in a copy: one load per thread
+ * at a time cannot cover NVLink's latency. */
+#define DC_COPY_UNROLL 8
 #define DC_FLAGS_BYTES 4096
 #define DC_SEQ_OFF 0
 #define DC_DONE_OFF 8
@@ -42,7 +56,8 @@ struct DcCtx {
 struct DcBlock {
   char *ws[MEP__DC_MAX_RANKS];
   const char *src[MEP__DC_MAX_RANKS]; /* reduction sources, rank order */
-  unsigned long long seq;
+  unsigned long long base; /* seq of the launch's first round */
+  unsigned long long seq;  /* seq of the current round (dc_round) */
   unsigned int start_mask;
   unsigned int mask[DC_NPHASE];
   int go;
@@ -92,12 +107,23 @@ __device__ __forceinline__ bool dc_begin(const DcCtx &c, DcBlock &sb) {
     for (int p = 0; p < DC_NPHASE; ++p) sb.mask[p] = 1u << c.rank;
   }
   __syncthreads();
-  if (t == 0)
-    sb.seq = *(volatile unsigned long long *)(sb.ws[c.rank] + DC_SEQ_OFF) + 1;
+  if (t == 0) {
+    sb.base = *(volatile unsigned long long *)(sb.ws[c.rank] + DC_SEQ_OFF) + 1;
+    sb.seq = sb.base;
+  }
   if (t < c.nranks && t != c.rank && c.active[t] != 0)
     atomicOr(&sb.start_mask, 1u << t);
   __syncthreads();
   return sb.go != 0;
+}
+
+/* Starts round k of the launch (0 first): its seq, hence its buffer. The
+ * first __syncthreads lets every thread finish with the previous round's
+ * seq and shared state (sources, masks). */
+__device__ __forceinline__ void dc_round(DcBlock &sb, unsigned long long k) {
+  __syncthreads();
+  if (threadIdx.x == 0) sb.seq = sb.base + k;
+  __syncthreads();
 }
 
 /* Drops rank r: another block (or an earlier launch) may already have. */
@@ -129,6 +155,9 @@ __device__ inline bool dc_wait_peer(const DcCtx &c, const DcBlock &sb, int r,
 __device__ inline unsigned int dc_barrier(const DcCtx &c, DcBlock &sb, int phase,
                                    unsigned int wait) {
   int t = threadIdx.x;
+  /* Every reader of this phase's previous mask passed a __syncthreads
+   * since (dc_round or the other phase's barrier). */
+  if (t == 0) sb.mask[phase] = 1u << c.rank;
   __threadfence_system();
   __syncthreads();
   if (t == 0) dc_st_release(dc_flag(sb.ws[c.rank], blockIdx.x, phase), sb.seq);
@@ -166,18 +195,21 @@ __device__ __forceinline__ int dc_sources(const DcCtx &c, DcBlock &sb,
   return __popc(mask);
 }
 
-/* This block's share [lo, hi) of n items grouped in units of `unit`: unit
- * boundaries, the remainder (n % unit) to the last block. */
-__device__ __forceinline__ void dc_part(size_t n, size_t unit, size_t *lo,
-                                        size_t *hi) {
-  size_t units = n / unit;
-  size_t per = (units + gridDim.x - 1) / gridDim.x;
+/* This block's share [lo, hi) of a round of n items, n <= n0 (the
+ * launch's first, largest round). Block b owns [b * span, (b + 1) * span)
+ * of every round, span being whole units of n0 / blocks; the last block
+ * also the rest. Later rounds only cut the shares short, so a block never
+ * touches bytes another block owned in an earlier round (see the top). lo
+ * is a multiple of unit whenever lo < hi. */
+__device__ __forceinline__ void dc_range(size_t n0, size_t n, size_t unit,
+                                         size_t *lo, size_t *hi) {
+  size_t span = (n0 / unit + gridDim.x - 1) / gridDim.x * unit;
   size_t b = blockIdx.x;
-  *lo = min(units, per * b) * unit;
-  *hi = (b == gridDim.x - 1) ? n : min(units, per * (b + 1)) * unit;
+  *lo = min(n, span * b);
+  *hi = (b == gridDim.x - 1) ? n : min(n, span * (b + 1));
 }
 
-/* Share j of k of [lo, hi), split like dc_part. */
+/* Share j of k of [lo, hi): whole units, the rest to the last share. */
 __device__ __forceinline__ void dc_split(size_t lo, size_t hi, size_t unit,
                                          int k, int j, size_t *slo,
                                          size_t *shi) {
@@ -187,31 +219,57 @@ __device__ __forceinline__ void dc_split(size_t lo, size_t hi, size_t unit,
   *shi = (j == k - 1) ? hi : lo + min(units, per * (j + 1)) * unit;
 }
 
+/* Each thread loads DC_COPY_UNROLL words (a block-stride apart, so a
+ * warp's loads stay coalesced) before it stores any: the loads are
+ * independent and in flight together. */
 template <typename W>
-__device__ __forceinline__ void dc_copy_w(char *dst, const char *src,
-                                          size_t n) {
-  W *d = (W *)dst;
+__device__ __forceinline__ void dc_copy_w(char *dst, char *dst2,
+                                          const char *src, size_t n) {
+  W *d = (W *)dst, *d2 = (W *)dst2;
   const W *s = (const W *)src;
-  for (size_t i = threadIdx.x; i < n / sizeof(W); i += blockDim.x)
-    d[i] = __ldcg(s + i);
+  const size_t words = n / sizeof(W), bd = blockDim.x;
+  size_t i = threadIdx.x;
+  for (; i + (DC_COPY_UNROLL - 1) * bd < words; i += DC_COPY_UNROLL * bd) {
+    W v[DC_COPY_UNROLL];
+#pragma unroll
+    for (int u = 0; u < DC_COPY_UNROLL; ++u) v[u] = __ldcg(s + i + u * bd);
+#pragma unroll
+    for (int u = 0; u < DC_COPY_UNROLL; ++u) d[i + u * bd] = v[u];
+    if (d2) {
+#pragma unroll
+      for (int u = 0; u < DC_COPY_UNROLL; ++u) d2[i + u * bd] = v[u];
+    }
+  }
+  for (; i < words; i += bd) {
+    W v = __ldcg(s + i);
+    d[i] = v;
+    if (d2) d2[i] = v;
+  }
 }
 
-/* Block-cooperative copy of n bytes with the widest word both addresses
- * and n allow. Loads bypass L1: they may read a peer's memory that
- * changed since an earlier launch. */
+/* Block-cooperative copy of n bytes to dst and, unless NULL, to dst2, with
+ * the widest word all addresses and n allow. Loads bypass L1: they may
+ * read a peer's memory that changed since an earlier round. A thread
+ * stores only the words it loaded itself, so src may equal dst or dst2. */
+__device__ __forceinline__ void dc_copy2(char *dst, char *dst2,
+                                         const char *src, size_t n) {
+  uintptr_t a = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)src |
+                (uintptr_t)n;
+  if ((a & 15) == 0)
+    dc_copy_w<uint4>(dst, dst2, src, n);
+  else if ((a & 7) == 0)
+    dc_copy_w<unsigned long long>(dst, dst2, src, n);
+  else if ((a & 3) == 0)
+    dc_copy_w<unsigned int>(dst, dst2, src, n);
+  else if ((a & 1) == 0)
+    dc_copy_w<unsigned short>(dst, dst2, src, n);
+  else
+    dc_copy_w<unsigned char>(dst, dst2, src, n);
+}
+
 __device__ __forceinline__ void dc_copy(char *dst, const char *src,
                                         size_t n) {
-  uintptr_t a = (uintptr_t)dst | (uintptr_t)src | (uintptr_t)n;
-  if ((a & 15) == 0)
-    dc_copy_w<uint4>(dst, src, n);
-  else if ((a & 7) == 0)
-    dc_copy_w<unsigned long long>(dst, src, n);
-  else if ((a & 3) == 0)
-    dc_copy_w<unsigned int>(dst, src, n);
-  else if ((a & 1) == 0)
-    dc_copy_w<unsigned short>(dst, src, n);
-  else
-    dc_copy_w<unsigned char>(dst, src, n);
+  dc_copy2(dst, nullptr, src, n);
 }
 
 #endif

@@ -6,16 +6,17 @@
  * (CUDA IPC). Kernels only ever write their own rank's workspace and read
  * the peers' ones ("direct read"), so a round needs no remote writes.
  *
- * Workspace layout: a flags region (launch counter, per-block barrier
+ * Workspace layout: a flags region (round counter, per-block barrier
  * flags) followed by two data buffers used alternately by consecutive
- * launches, so a launch never overwrites data a peer may still be reading
- * from the previous one. Barrier flags carry the launch counter, which the
+ * rounds, so a round never overwrites data a peer may still be reading
+ * from the previous one. Barrier flags carry the round counter, which the
  * kernels increment themselves: no sequence number is a kernel argument,
  * so a launch captured in a CUDA graph replays correctly.
  *
  * Every function enqueues on `stream` without synchronising the host or
- * allocating, and may be captured in a CUDA graph. Sizes larger than one
- * launch can stage are split into several launches (rounds). Every rank
+ * allocating, and may be captured in a CUDA graph. One call is one
+ * launch; sizes larger than the workspace stages at once go in rounds
+ * inside it, alternating the two data buffers. Every rank
  * must call the same functions with the same sizes, in the same order, with
  * the same ws_bytes and sms. Returns 0 or a negative MEP_ERR_*; the message
  * of the last failure on this thread is mep__dc_last_error(). */
@@ -53,7 +54,7 @@ typedef struct mep__dc_group {
 /* Smallest useful workspace for nranks ranks. */
 size_t mep__dc_ws_min(int nranks);
 
-/* Bytes of payload one launch moves (allreduce/broadcast: bytes of the
+/* Bytes of payload one round moves (allreduce/broadcast: bytes of the
  * buffer; allgather: bytes of each rank's block; alltoall and
  * reduce_scatter: bytes summed over the per-rank pieces). 0 if g is
  * invalid. */

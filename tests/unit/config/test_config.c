@@ -203,7 +203,7 @@ static void test_defaults(void) {
       {"nvlink", "enable", "1"},
       {"nvlink", "enable_peer_access", "1"},
       {"core", "cuda_path", "auto"},
-      {"core", "cuda_workspace_bytes", "33554432"},
+      {"core", "cuda_workspace_bytes", "134217728"},
       {"ibgda", "qps_per_peer", "4"},
       {"shm", "ring_bytes", "4194304"},
       {"CORE", "Timeout_MS", "30000"},
