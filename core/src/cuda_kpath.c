@@ -22,6 +22,7 @@
 
 #include "coll.h"
 #include "config.h"
+#include "cuda_share.h"
 #include "cudapath.h"
 #include "cuda/devcoll.h"
 #include "error.h"
@@ -55,27 +56,9 @@ struct mep__kpath {
 
 static uint64_t generation; /* set-ups of this process, for store keys */
 
-static int nvlink_index(const mep_comm_t *comm) {
-  for (int i = 0; i < comm->ntps; i++) {
-    const mep__tp_t *tp = &comm->tps[i];
-    if (strcmp(tp->name, "nvlink") == 0 && tp->ctx &&
-        tp->vt->struct_size >= offsetof(mep_transport_t, map) +
-                                   sizeof tp->vt->map &&
-        tp->vt->map)
-      return i;
-  }
-  return -1;
-}
-
-/* The peer's nvlink entry, when its nvlink started. */
-static const mep__card_tp_t *nvlink_of(const mep__card_t *card) {
-  const mep__card_tp_t *t = mep__card_find(card, "nvlink");
-  return t && t->available ? t : NULL;
-}
-
 /* Whether this rank reaches every active peer over nvlink (why if not). */
 static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
-  int t = nvlink_index(comm);
+  int t = mep__cu_nvlink_index(comm);
   if (t < 0) {
     snprintf(cu->why, sizeof cu->why, "the nvlink transport is not loaded "
              "here (MEP_TRANSPORTS, or no GPU, or not built)");
@@ -86,18 +69,10 @@ static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
              "the group has %d", MEP__DC_MAX_RANKS, comm->size);
     return 0;
   }
-  mep__tp_t *tp = &comm->tps[t];
   for (int p = 0; p < comm->size; p++) {
     if (p == comm->rank || !act[p]) continue;
-    mep__card_t card;
-    memset(&card, 0, sizeof card);
-    int ok = mep__comm_fetch_card(comm, p, &card) == MEP_OK;
-    const mep__card_tp_t *ptp = ok ? nvlink_of(&card) : NULL;
-    char why[160] = "its nvlink transport did not start";
-    ok = ptp && tp->vt->reachable(tp->ctx, p, ptp->addr, ptp->addr_len, why,
-                                  sizeof why) == 1;
-    mep__card_free(&card);
-    if (!ok) {
+    char why[160];
+    if (!mep__cu_nvlink_reaches(comm, t, p, why, sizeof why)) {
       snprintf(cu->why, sizeof cu->why, "nvlink does not reach rank %d: %s",
                p, why);
       return 0;
@@ -106,36 +81,10 @@ static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
   return 1;
 }
 
-static int publish_key(mep_comm_t *comm, const void *rkey, size_t len) {
-  char k[512];
-  snprintf(k, sizeof k, "%s/kpath/%llu/%d.%lld", comm->ns,
-           (unsigned long long)generation, comm->rank,
-           (long long)comm->incarnation[comm->rank]);
-  return comm->store->set(comm->store->ctx, k, rkey, len);
-}
-
 static int import_peer(mep_comm_t *comm, struct mep__kpath *kp, int p,
                        void **mapped) {
-  mep__tp_t *tp = &comm->tps[kp->tp];
-  mep__card_t card;
-  memset(&card, 0, sizeof card);
-  int rc = mep__comm_fetch_card(comm, p, &card);
-  const mep__card_tp_t *ptp = rc ? NULL : nvlink_of(&card);
-  if (!rc && !ptp)
-    rc = mep__err(MEP_ERR_UNREACHABLE, "rank %d has no nvlink address", p);
-  if (!rc) rc = tp->vt->connect(tp->ctx, p, ptp->addr, ptp->addr_len,
-                                &kp->eps[p]);
-  mep__card_free(&card);
-  char k[512];
-  snprintf(k, sizeof k, "%s/kpath/%llu/%d.%lld", comm->ns,
-           (unsigned long long)generation, p, (long long)comm->incarnation[p]);
-  void *val = NULL;
-  size_t len = 0;
-  if (!rc) rc = comm->store->get(comm->store->ctx, k, &val, &len,
-                                 comm->timeout_ms);
-  if (!rc) rc = tp->vt->import(kp->eps[p], val, len, &kp->rmrs[p]);
-  free(val);
-  if (!rc) rc = tp->vt->map(kp->eps[p], kp->rmrs[p], mapped);
+  int rc = mep__cu_import_peer(comm, kp->tp, "kpath", generation, p,
+                               &kp->eps[p], &kp->rmrs[p], mapped);
   return rc ? mep__err_wrap(rc, "the CUDA kernel path: rank %d's workspace",
                             p)
             : MEP_OK;
@@ -187,7 +136,7 @@ static int shape(mep_comm_t *comm, int64_t *ws, int64_t *blocks) {
 }
 
 static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
-  int t = nvlink_index(comm);
+  int t = mep__cu_nvlink_index(comm);
   int rc = alloc_kp(comm, kp, t);
   if (rc) return rc;
   mep__tp_t *tp = &comm->tps[t];
@@ -198,7 +147,8 @@ static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
                    &rlen);
   if (rc) return mep__err_wrap(rc, "the CUDA kernel path: register the "
                                "workspace with nvlink");
-  if ((rc = publish_key(comm, rkey, rlen))) return rc;
+  if ((rc = mep__cu_publish_key(comm, "kpath", generation, rkey, rlen)))
+    return rc;
   void **host = calloc((size_t)kp->n, sizeof *host);
   if (!host) return mep__err(MEP_ERR_NOMEM, "out of memory");
   for (int p = 0; p < kp->n; p++) {
@@ -416,8 +366,9 @@ int mep__kpath_run(mep_comm_t *comm, mep__cuda_t *cu,
 static void free_kp(mep_comm_t *comm, struct mep__kpath *kp) {
   mep__tp_t *tp = kp->tp >= 0 ? &comm->tps[kp->tp] : NULL;
   for (int p = 0; tp && p < kp->n; p++) {
+    /* Unimport only: nvlink's endpoint to a peer is shared with device
+     * windows (devwin.c); it closes with the communicator. */
     if (kp->rmrs && kp->rmrs[p]) tp->vt->unimport(kp->eps[p], kp->rmrs[p]);
-    if (kp->eps && kp->eps[p]) tp->vt->close(kp->eps[p]);
   }
   if (tp && kp->mr) tp->vt->dereg(tp->ctx, kp->mr);
   if (kp->ws) cudaFree(kp->ws);

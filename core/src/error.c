@@ -67,6 +67,15 @@ int mep__err_errno(int code, int errno_value, const char *fmt, ...) {
   return code;
 }
 
+int mep_set_error(int code, int wrap, const char *fmt, ...) {
+  char msg[MEP_ERRMSG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return wrap ? mep__err_wrap(code, "%s", msg) : mep__err(code, "%s", msg);
+}
+
 int mep__err_wrap(int code, const char *fmt, ...) {
   char old[MEP_ERRMSG_LEN];
   memcpy(old, errmsg, sizeof old);

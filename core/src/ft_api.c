@@ -19,6 +19,10 @@ int mep_comm_max_size(const mep_comm_t *comm) {
   return comm ? comm->max_size : -1;
 }
 
+int mep_comm_timeout_ms(const mep_comm_t *comm) {
+  return comm ? comm->timeout_ms : -1;
+}
+
 int mep_comm_active(const mep_comm_t *comm, uint8_t *active, int len,
                     uint64_t *epoch) {
   if (!comm || !comm->ft || !active)

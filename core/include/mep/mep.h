@@ -80,6 +80,12 @@ MEP_API const char *mep_strerror(int code);
  * The storage is thread-local and overwritten by the next failure. */
 MEP_API const char *mep_last_error(void);
 
+/* For libraries built on mep (the frontends): sets the calling thread's
+ * message (printf style) and returns `code`, so their failures read like
+ * mep's own. With `wrap` nonzero the message becomes "<new>: <old>". */
+MEP_API int mep_set_error(int code, int wrap, const char *fmt, ...)
+    MEP_PRINTF(3, 4);
+
 /* ---------------------------------------------------------------- logging */
 
 typedef enum {
@@ -220,6 +226,10 @@ MEP_API int mep_comm_rank(const mep_comm_t *comm);
 MEP_API int mep_comm_size(const mep_comm_t *comm);
 /* The opts' max_size: what the group may grow to. */
 MEP_API int mep_comm_max_size(const mep_comm_t *comm);
+
+/* The communicator's timeout for a wait, in ms ([core] timeout_ms or the
+ * creation option); -1 for NULL. */
+MEP_API int mep_comm_timeout_ms(const mep_comm_t *comm);
 
 /* The name of the transport used to reach `peer` ("self" for the own
  * rank), or NULL for a bad peer. Static within the communicator. */

@@ -1,0 +1,117 @@
+/*
+ * device/win.cuh - inline device functions on a device window (device.h).
+ *
+ * The one place that looks at a peer's descriptor kind. A send is:
+ *
+ *   uint8_t *p = mep_dev_dst(w, peer, dst_off, stage_off);
+ *   ... the threads of a warp (or block) store `len` bytes at p ...
+ *   __threadfence_system(); __syncwarp();   (every writer, then)
+ *   if (lane == 0) mep_dev_put(w, peer, dst_off, stage_off, len, deadline);
+ *
+ * and, once every put a signal covers has been issued (by any thread of
+ * the grid, which the caller orders, e.g. with a counter):
+ *
+ *   mep_dev_signal(w, peer, off, value, deadline);
+ *
+ * A receiver polls mep_dev_load_acquire(mep_dev_src(w, src, off)) and
+ * then reads the bytes at mep_dev_src(w, src, data_off).
+ *
+ * stage_off must be unique among the puts in flight of one call: for a
+ * MEP_DEV_PROXY peer the bytes wait there (this rank's host part) until
+ * the proxy has sent them (*ring_done passed its slot). dst_off, stage_off and len are bounds-checked
+ * by the proxy on the host (a bad command is dropped and reported).
+ * Deadlines are %globaltimer nanoseconds (mep_dev_now_ns() + timeout);
+ * the functions return 0, or -1 when the ring stayed full past it.
+ */
+#ifndef MEP_DEVICE_WIN_CUH
+#define MEP_DEVICE_WIN_CUH
+
+#include "mep/device.h"
+
+__device__ __forceinline__ uint64_t mep_dev_now_ns(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint64_t
+mep_dev_load_acquire(const volatile uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];"
+               : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ void mep_dev_store_release(volatile uint64_t *p,
+                                                      uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;"
+               :: "l"(p), "l"(v) : "memory");
+}
+
+/* Where the bytes for `peer` at its offset dst_off are to be written. */
+__device__ __forceinline__ uint8_t *mep_dev_dst(const mep_dev_win_t *w,
+                                                int peer, uint64_t dst_off,
+                                                uint64_t stage_off) {
+  if (w->kind[peer] == MEP_DEV_PTR) return w->peer[peer] + dst_off;
+  return w->host_base + stage_off;
+}
+
+/* Where the bytes a source rank put at offset `off` land on this rank. */
+__device__ __forceinline__ uint8_t *mep_dev_src(const mep_dev_win_t *w,
+                                                int src, uint64_t off) {
+  if (w->kind[src] == MEP_DEV_PTR) return w->dev_base + off;
+  return w->host_base + off;
+}
+
+/* One thread: enqueues a proxy command, waiting for a free slot until
+ * deadline_ns. The command's fields are written before its seq. */
+__device__ __forceinline__ int mep__dev_enqueue(const mep_dev_win_t *w,
+                                                uint32_t op, int peer,
+                                                uint64_t src_off,
+                                                uint64_t dst_off, uint64_t arg,
+                                                uint64_t deadline_ns) {
+  unsigned long long pos = atomicAdd(w->ring_tail, 1ull);
+  while (pos - *w->ring_done >= w->ring_len) {
+    if (mep_dev_now_ns() > deadline_ns) return -1;
+    __nanosleep(64);
+  }
+  mep_dev_cmd_t *c = &w->ring[pos & (w->ring_len - 1)];
+  c->op = op;
+  c->peer = peer;
+  c->src_off = src_off;
+  c->dst_off = dst_off;
+  c->arg = arg;
+  __threadfence_system();
+  mep_dev_store_release((volatile uint64_t *)&c->seq, pos + 1);
+  return 0;
+}
+
+/* One thread, after the bytes at mep_dev_dst() are written and fenced
+ * (__threadfence_system by each writer): sends them. Nothing to do for a
+ * mapped peer, whose memory already holds them. */
+__device__ __forceinline__ int mep_dev_put(const mep_dev_win_t *w, int peer,
+                                           uint64_t dst_off,
+                                           uint64_t stage_off, uint64_t len,
+                                           uint64_t deadline_ns) {
+  if (w->kind[peer] == MEP_DEV_PTR) return 0;
+  return mep__dev_enqueue(w, MEP_DEV_CMD_PUT, peer, stage_off, dst_off, len,
+                          deadline_ns);
+}
+
+/* One thread: stores `value` in the 8-byte-aligned word at `off` of the
+ * peer's window, after every earlier put to that peer this rank issued
+ * (and, for a mapped peer, every write the calling thread has seen). */
+__device__ __forceinline__ int mep_dev_signal(const mep_dev_win_t *w,
+                                              int peer, uint64_t off,
+                                              uint64_t value,
+                                              uint64_t deadline_ns) {
+  if (w->kind[peer] == MEP_DEV_PTR) {
+    __threadfence_system();
+    mep_dev_store_release((volatile uint64_t *)(w->peer[peer] + off), value);
+    return 0;
+  }
+  return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
+                          deadline_ns);
+}
+
+#endif /* MEP_DEVICE_WIN_CUH */
