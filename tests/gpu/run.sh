@@ -2,9 +2,10 @@
 # Builds mep with CUDA on a GPU machine and runs every GPU test, then the
 # CUDA benchmark against NCCL when two GPUs are present. One script, so a
 # lent machine does it all in one go:
-#   tests/gpu/run.sh [--tests | --python]
+#   tests/gpu/run.sh [--tests | --python | --ep]
 # (--tests: build and the C tests; --python: build if needed, the PyTorch
-# backend's test and the benchmark; a lent machine runs 10 minutes a call)
+# backend's test and the benchmark; --ep: the device window's and the EP
+# frontend's tests and benchmarks; a lent machine runs 10 minutes a call)
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
 # none. Logs and tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
 # test and "N passed, N failed" at the end; exits 1 on any failure.
@@ -16,7 +17,8 @@ for a in "$@"; do
   case $a in
   --tests) phase=tests ;;     # the C tests only
   --python) phase=python ;;   # the PyTorch test and the benchmark only
-  -h | --help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;;
+  --ep) phase=ep ;;           # device window and EP tests, EP benchmarks
+  -h | --help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +69,7 @@ t() { # name, timeout, command... ($SKIP: names not to run)
       done
   fi
 }
-if [ $phase != python ]; then
+if [ $phase = all ] || [ $phase = tests ]; then
   t devcoll 300 "$b/tests/gpu/devcoll_test"
   t nvlink-pair 120 "$b/tests/gpu/nvlink_pair" "$b/plugins/nvlink/libmep-transport-nvlink.so"
   t cuda-coll-staged-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path staged
@@ -81,12 +83,28 @@ if [ $phase != python ]; then
   t cuda-coll-kernel-4ranks 300 "$b/tests/gpu/cuda_coll" -n 4 --path kernel
   t cuda-coll-big-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --big
 fi
-if [ $phase != tests ]; then
+if [ $phase = all ] || [ $phase = python ]; then
   t c10d-cuda 220 python3 tests/gpu/test_c10d_cuda.py
   if [ "$ngpu" -ge 2 ]; then
     t bench-cuda 200 python3 scripts/bench-cuda.py --json "$out/bench-cuda.json" \
       ${BENCH_ARGS:-}
     cat "$out/bench-cuda.log"
+  fi
+fi
+if [ $phase = all ] || [ $phase = ep ]; then
+  t devwin-2ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
+  t devwin-4ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 4
+  t devwin-tcp-3ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/devwin/devwin_test" -n 3 --expect proxy
+  t ep-cuda-2ranks 300 "$b/tests/gpu/ep/ep_cuda_test" -n 2
+  t ep-cuda-4ranks-1gpu-quick 400 env CUDA_VISIBLE_DEVICES=0 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
+  t ep-cuda-tcp-2ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  t ep-cuda-tcp-3ranks-fault 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
+  t ep-cuda-tcp-2ranks-repeat 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
+  t ep-bench-2ranks 120 "$b/tests/gpu/ep/ep_bench" -n 2
+  cat "$out/ep-bench-2ranks.log"
+  if [ "$ngpu" -ge 2 ]; then
+    t bench-ep 300 python3 scripts/bench-ep.py --json "$out/bench-ep.json" ${EP_BENCH_ARGS:-}
+    cat "$out/bench-ep.log"
   fi
 fi
 echo "$pass passed, $fail failed"

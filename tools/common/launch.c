@@ -159,7 +159,9 @@ int mep_launch(const mep_launch_opts_t *o, mep_launch_fn fn, void *arg) {
     pids[r] = fork();
     if (pids[r] == 0) {
       free(pids); /* the parent's; a child that exit()s must not leak it */
-      _exit(child(o, r, port, fn, arg));
+      int rc = child(o, r, port, fn, arg);
+      fflush(NULL); /* _exit does not flush: a piped stdout would be lost */
+      _exit(rc);
     }
     if (pids[r] < 0) {
       perror("launch: fork");

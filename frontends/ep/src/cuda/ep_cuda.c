@@ -1,0 +1,300 @@
+/* ep_cuda.c - the CUDA path of ep.h, host side: the buffer's device window
+ * and state, and the launches of each call (kernels in ep_dispatch.cu and
+ * ep_combine.cu, shared definitions in ep_cuda.h).
+ *
+ * A call only fills kernel arguments and queues kernels on its stream: no
+ * host synchronisation, no allocation, no memset, no read of device state,
+ * so calls can be captured in CUDA graphs. */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ep_cuda.h"
+#include "ep_impl.h"
+
+/* Threads of the kernels that spread a row over a block. */
+#define EP_ROW_THREADS_MIN 64
+#define EP_ROW_THREADS_MAX 512
+/* Threads of the kernels that work a warp per row. */
+#define EP_WARP_KERNEL_THREADS MEP__EP_WARP_THREADS
+/* Most blocks on one (expert, source) pair or one expert. */
+#define EP_MAX_SPLIT 32
+
+struct mep__ep_cuda {
+  mep_devwin_t *win;
+  const mep_dev_win_t *dwin; /* device */
+  int has_proxy;
+  int sms;
+  void *mem;                 /* one allocation for the four below */
+  mep__ep_dstate_t *st;
+  int *slots;                /* [2][experts] */
+  unsigned long long *ready; /* [local] */
+  unsigned int *pair_done;   /* [local][ranks] */
+  uint8_t *comb_buf;         /* the device part's combine stage */
+};
+
+static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
+  return mep_set_error(code, 0, "mep_ep (CUDA path) on rank %d: %s: %s",
+                       rank, what, cudaGetErrorString(e));
+}
+
+static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+/* The state's allocation: dstate, slots, ready, pair_done. */
+static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
+  const mep_ep_layout_t *l = &b->lay;
+  size_t o_slots = round16(sizeof(mep__ep_dstate_t));
+  size_t o_ready = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
+  size_t o_pair = o_ready + round16((size_t)l->local * 8);
+  size_t bytes = o_pair + round16((size_t)l->local * l->ranks * 4);
+  void *mem = NULL;
+  cudaError_t e = cudaMalloc(&mem, bytes);
+  if (e != cudaSuccess)
+    return cuda_fail(MEP_ERR_NOMEM, e, "allocating the kernels' state",
+                     b->rank);
+  cu->mem = mem;
+  e = cudaMemset(cu->mem, 0, bytes);
+  if (e != cudaSuccess)
+    return cuda_fail(MEP_ERR_SYSTEM, e, "zeroing the kernels' state",
+                     b->rank);
+  uint8_t *m = cu->mem;
+  cu->st = (mep__ep_dstate_t *)m;
+  cu->slots = (int *)(m + o_slots);
+  cu->ready = (unsigned long long *)(m + o_ready);
+  cu->pair_done = (unsigned int *)(m + o_pair);
+  return 0;
+}
+
+static int alloc_active(mep_ep_buffer_t *b) {
+  size_t bytes = (size_t)b->size * sizeof(int32_t);
+  int32_t *ones = malloc(bytes);
+  if (!ones)
+    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_buffer_create: no memory "
+                         "for %d active-rank flags", b->size);
+  for (int r = 0; r < b->size; r++) ones[r] = 1;
+  void *dev = NULL;
+  cudaError_t e = cudaMalloc(&dev, bytes);
+  if (e == cudaSuccess) {
+    b->active = dev;
+    e = cudaMemcpy(dev, ones, bytes, cudaMemcpyHostToDevice);
+  }
+  free(ones);
+  if (e != cudaSuccess)
+    return cuda_fail(MEP_ERR_SYSTEM, e, "the active-rank array", b->rank);
+  return 0;
+}
+
+static void free_all(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
+  if (cu->win) mep_devwin_destroy(cu->win);
+  if (cu->mem) cudaFree(cu->mem);
+  if (b->active) cudaFree(b->active);
+  b->active = NULL;
+  free(cu);
+}
+
+int mep__ep_cuda_create(mep_ep_buffer_t *b) {
+  struct mep__ep_cuda *cu = calloc(1, sizeof *cu);
+  if (!cu)
+    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_buffer_create: no memory "
+                         "for the CUDA state");
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) {
+    free(cu);
+    return cuda_fail(MEP_ERR_UNSUPPORTED, e, "no usable CUDA device",
+                     b->rank);
+  }
+  if (cu->sms < 1) cu->sms = 1;
+  int rc = mep_devwin_create(b->comm, (size_t)b->lay.total, &cu->win);
+  if (rc) {
+    free(cu);
+    return mep_set_error(rc, 1, "mep_ep_buffer_create: the device window "
+                         "of %llu bytes on rank %d",
+                         (unsigned long long)b->lay.total, b->rank);
+  }
+  cu->dwin = mep_devwin_device(cu->win);
+  cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  cu->comb_buf = (uint8_t *)mep_devwin_dev_base(cu->win) + b->lay.comb_stage;
+  rc = alloc_state(b, cu);
+  if (!rc) rc = alloc_active(b);
+  /* the state's memset ran on the legacy stream, which the caller's
+   * non-blocking streams do not wait for */
+  if (!rc && (e = cudaDeviceSynchronize()) != cudaSuccess)
+    rc = cuda_fail(MEP_ERR_SYSTEM, e, "setting up the buffer", b->rank);
+  if (rc) {
+    free_all(b, cu);
+    return rc;
+  }
+  b->cuda = cu;
+  return 0;
+}
+
+void mep__ep_cuda_destroy(mep_ep_buffer_t *b) {
+  if (!b->cuda) return;
+  free_all(b, b->cuda);
+  b->cuda = NULL;
+}
+
+/* The device part's combine stage: device memory the experts write
+ * directly; the send kernel copies from it like from any x (to a mapped
+ * peer, or to the host-part stage of a proxied one). */
+void *mep__ep_cuda_combine_buffer(mep_ep_buffer_t *b) {
+  return b->cuda ? b->cuda->comb_buf : NULL;
+}
+
+static int misaligned(const void *p, uintptr_t a) {
+  return p && ((uintptr_t)p & (a - 1)) != 0;
+}
+
+static int check_align(const char *fn, const char *what, const void *p,
+                       uintptr_t a) {
+  if (!misaligned(p, a)) return 0;
+  return mep_set_error(MEP_ERR_INVALID, 0, "%s: %s (%p) is not aligned to "
+                       "%u bytes, which the CUDA kernels' vector accesses "
+                       "need", fn, what, p, (unsigned)a);
+}
+
+static void fill_common(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                        mep__ep_kcommon_t *k) {
+  k->win = b->cuda->dwin;
+  k->lay = b->lay;
+  k->rank = b->rank;
+  k->has_proxy = b->cuda->has_proxy;
+  k->st = b->cuda->st;
+  k->active = c->active;
+  /* 2^62 ns is beyond any deadline that matters, and cannot overflow */
+  k->timeout_ns = c->timeout_us >= ((int64_t)1 << 62) / 1000
+                      ? (uint64_t)1 << 62
+                      : (uint64_t)c->timeout_us * 1000u;
+}
+
+/* Threads for a block that spreads `units` 16-byte units of a row. */
+static int row_threads(int units) {
+  int t = (units + 31) / 32 * 32;
+  if (t < EP_ROW_THREADS_MIN) t = EP_ROW_THREADS_MIN;
+  if (t > EP_ROW_THREADS_MAX) t = EP_ROW_THREADS_MAX;
+  return t;
+}
+
+static int clampi(int v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+static int launched(mep_ep_buffer_t *b, int err, const char *what) {
+  if (!err) return 0;
+  return cuda_fail(MEP_ERR_SYSTEM, (cudaError_t)err, what, b->rank);
+}
+
+int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                          const mep__ep_call_t *c) {
+  const char *fn = "mep_ep_dispatch";
+  struct mep__ep_cuda *cu = b->cuda;
+  const mep_ep_layout_t *l = &b->lay;
+  int rc = 0;
+  if (c->phases & 1)
+    rc = check_align(fn, "x", a->x, 16);
+  if (!rc && (c->phases & 2)) {
+    rc = check_align(fn, "recv_x", a->recv_x, 16);
+    if (!rc) rc = check_align(fn, "recv_scales", a->recv_scales, 4);
+    if (!rc) rc = check_align(fn, "recv_src_info", a->recv_src_info, 4);
+    if (!rc) rc = check_align(fn, "recv_layout_range", a->recv_layout_range, 8);
+    if (!rc) rc = check_align(fn, "recv_count", a->recv_count, 4);
+  }
+  if (rc) return rc;
+  mep__ep_kdisp_t k = {0};
+  fill_common(b, c, &k.c);
+  k.slots = cu->slots;
+  k.ready = cu->ready;
+  k.x = a->x;
+  k.topk_idx = a->topk_idx;
+  k.num_tokens = a->num_tokens;
+  k.num_topk = a->num_topk;
+  k.fp8 = (a->flags & MEP_EP_FP8) != 0;
+  k.round_scale = (a->flags & MEP_EP_ROUND_SCALE) != 0;
+  k.ue8m0 = (a->flags & MEP_EP_UE8M0) != 0;
+  k.recv_x = a->recv_x;
+  k.recv_scales = a->recv_scales;
+  k.src_info = a->recv_src_info;
+  k.layout_range = a->recv_layout_range;
+  k.recv_count = a->recv_count;
+  /* send: a block per token (the last one also sends every count) */
+  k.send_threads = row_threads(k.fp8 ? l->hidden / 16 : l->hidden / 8);
+  k.send_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
+  /* receive: enough blocks per expert to fill the GPU twice, not more
+   * than one warp per message would use */
+  int warps = EP_WARP_KERNEL_THREADS / 32;
+  int64_t rows = (int64_t)l->ranks * l->tokens;
+  int split = (2 * cu->sms + l->local - 1) / l->local;
+  int64_t need = (rows + warps - 1) / warps;
+  if (split > need) split = (int)need;
+  k.recv_split = clampi(split, 1, EP_MAX_SPLIT);
+  k.recv_threads = EP_WARP_KERNEL_THREADS;
+
+  if (c->phases & 1) {
+    rc = launched(b, mep__ep_launch_dispatch_send(&k, a->stream),
+                  "mep_ep_dispatch: launching the send kernel");
+    if (rc) return rc;
+  }
+  if (c->phases & 2)
+    rc = launched(b, mep__ep_launch_dispatch_recv(&k, a->stream),
+                  "mep_ep_dispatch: launching the receive kernel");
+  return rc;
+}
+
+int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
+                         const mep__ep_call_t *c) {
+  const char *fn = "mep_ep_combine";
+  struct mep__ep_cuda *cu = b->cuda;
+  const mep_ep_layout_t *l = &b->lay;
+  const void *x = (a->flags & MEP_EP_ZERO_COPY) ? cu->comb_buf : a->x;
+  int rc = 0;
+  if (c->phases & 1) {
+    rc = check_align(fn, "x", x, 16);
+    if (!rc) rc = check_align(fn, "src_info", a->src_info, 4);
+    if (!rc) rc = check_align(fn, "layout_range", a->layout_range, 8);
+  }
+  if (!rc && (c->phases & 2)) {
+    rc = check_align(fn, "out", a->out, 16);
+    if (!rc) rc = check_align(fn, "topk_idx", a->topk_idx, 8);
+    if (!rc) rc = check_align(fn, "topk_weights", a->topk_weights, 4);
+  }
+  if (rc) return rc;
+  mep__ep_kcomb_t k = {0};
+  fill_common(b, c, &k.c);
+  k.pair_done = cu->pair_done;
+  k.x = x;
+  k.src_info = a->src_info;
+  k.layout_range = a->layout_range;
+  k.topk_idx = a->topk_idx;
+  k.topk_weights = a->topk_weights;
+  k.out = a->out;
+  k.num_tokens = a->num_tokens;
+  k.num_topk = a->num_topk;
+  /* send: enough blocks per (expert, source) pair to fill the GPU twice,
+   * not more than one warp per (row, chunk) of a full pair would use
+   * (chunks of MEP__EP_CHUNK_UNITS 16-byte units: ep_combine.cu) */
+  int warps = EP_WARP_KERNEL_THREADS / 32;
+  int64_t pairs = (int64_t)l->local * l->ranks;
+  int64_t chunks =
+      (l->hidden / 8 + MEP__EP_CHUNK_UNITS - 1) / MEP__EP_CHUNK_UNITS;
+  int64_t split = (2 * (int64_t)cu->sms + pairs - 1) / pairs;
+  int64_t need = ((int64_t)l->tokens * chunks + warps - 1) / warps;
+  if (split > need) split = need;
+  k.send_split = clampi((int)split, 1, EP_MAX_SPLIT);
+  k.send_threads = EP_WARP_KERNEL_THREADS;
+  /* receive: a block per token */
+  k.recv_threads = row_threads(l->hidden / 8);
+  k.recv_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
+
+  if (c->phases & 1) {
+    rc = launched(b, mep__ep_launch_combine_send(&k, a->stream),
+                  "mep_ep_combine: launching the send kernel");
+    if (rc) return rc;
+  }
+  if (c->phases & 2)
+    rc = launched(b, mep__ep_launch_combine_recv(&k, a->stream),
+                  "mep_ep_combine: launching the receive kernel");
+  return rc;
+}

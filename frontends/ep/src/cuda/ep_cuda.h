@@ -1,0 +1,106 @@
+/* ep_cuda.h - between the CUDA path's host code (ep_cuda.c, C) and its
+ * kernels (ep_dispatch.cu, ep_combine.cu): the device state of a buffer
+ * and what each launch takes. Plain C and CUDA.
+ *
+ * Nothing per call comes from the host but kernel arguments: the call
+ * numbers (seq) live in device memory and the last block of each kernel
+ * advances its own, so a call captured in a CUDA graph replays right.
+ * Each kind (dispatch send, dispatch receive, combine send, combine
+ * receive) counts its calls apart, from 1; on every rank the k-th call of a
+ * kind has seq k, which is what the signal words carry. */
+#ifndef MEP_EP_CUDA_H
+#define MEP_EP_CUDA_H
+
+#include <stdint.h>
+
+#include "layout.h"
+#include "mep/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MEP__EP_DS, MEP__EP_DR, MEP__EP_CS, MEP__EP_CR, MEP__EP_KINDS };
+
+/* Threads of the kernels that work a warp per row (dispatch receive,
+ * combine send): their __launch_bounds__, which leaves them registers
+ * for the batched copies. */
+#define MEP__EP_WARP_THREADS 256
+/* 16-byte units a warp copies in one batch (32 lanes x 8 loads in
+ * flight); a combine row is sent in chunks of this many units. */
+#define MEP__EP_CHUNK_UNITS 256
+
+/* Device memory, zeroed at creation. */
+typedef struct mep__ep_dstate {
+  uint64_t seq[MEP__EP_KINDS];      /* calls of each kind completed */
+  unsigned int done[MEP__EP_KINDS]; /* blocks of the running kernel that
+                                     * finished ("last block" pattern) */
+  /* The proxy ring's tail after the last dispatch / combine send: the
+   * next send of that kind reuses the stages only once the proxy has
+   * carried out every command up to it. */
+  unsigned long long mark[2];
+} mep__ep_dstate_t;
+
+/* What every kernel takes (by value). */
+typedef struct mep__ep_kcommon {
+  const mep_dev_win_t *win;  /* device */
+  mep_ep_layout_t lay;
+  int rank;
+  int has_proxy;             /* the window has a host part and a ring */
+  mep__ep_dstate_t *st;      /* device */
+  int32_t *active;           /* device [ranks], the call's */
+  uint64_t timeout_ns;
+} mep__ep_kcommon_t;
+
+typedef struct mep__ep_kdisp {
+  mep__ep_kcommon_t c;
+  int *slots;                /* device [2][experts]: tokens sent to each
+                              * expert in the call of that half */
+  unsigned long long *ready; /* device [local]: seq of the call whose
+                              * layout_range of that expert is written */
+  /* send */
+  const uint16_t *x;
+  const int64_t *topk_idx;
+  int num_tokens, num_topk;
+  int fp8, round_scale;
+  /* receive */
+  int ue8m0;
+  void *recv_x;
+  void *recv_scales;
+  int32_t *src_info;
+  int64_t *layout_range;
+  int32_t *recv_count;
+  /* launch shape */
+  int send_blocks, send_threads;
+  int recv_split, recv_threads; /* blocks per local expert, threads each */
+} mep__ep_kdisp_t;
+
+typedef struct mep__ep_kcomb {
+  mep__ep_kcommon_t c;
+  unsigned int *pair_done;   /* device [local][ranks]: blocks of the
+                              * (expert, source) pair that finished */
+  /* send */
+  const uint16_t *x;         /* [local, ranks * tokens, hidden] */
+  const int32_t *src_info;
+  const int64_t *layout_range;
+  /* receive */
+  const int64_t *topk_idx;
+  const float *topk_weights;
+  uint16_t *out;
+  int num_tokens, num_topk;
+  /* launch shape */
+  int send_split, send_threads; /* blocks per (expert, source) pair */
+  int recv_blocks, recv_threads;
+} mep__ep_kcomb_t;
+
+/* Each queues its kernel on `stream` and returns cudaGetLastError()'s code
+ * (0: queued). */
+int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k, void *stream);
+int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k, void *stream);
+int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k, void *stream);
+int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEP_EP_CUDA_H */

@@ -1,0 +1,163 @@
+/* ep_dev.cuh - device helpers shared by the EP kernels: waiting on signal
+ * words with a deadline, the "last block done" step, vector moves. */
+#ifndef MEP_EP_DEV_CUH
+#define MEP_EP_DEV_CUH
+
+#include <stdint.h>
+
+#include "ep_cuda.h"
+#include "mep/device/win.cuh"
+
+/* 16 bytes, aligned. */
+struct __align__(16) ep_v16 {
+  uint32_t w[4];
+};
+
+/* Reads bytes a peer (or the proxy) wrote: through L2, never a stale L1
+ * line of an earlier call over the same half. */
+__device__ __forceinline__ ep_v16 ep_ld16_cg(const void *p) {
+  ep_v16 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+}
+
+/* Inputs of the call: read once, not kept in L1. */
+__device__ __forceinline__ ep_v16 ep_ld16_nc(const void *p) {
+  ep_v16 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ void ep_st16(void *p, const ep_v16 &v) {
+  *reinterpret_cast<ep_v16 *>(p) = v;
+}
+
+/* 16-byte units a warp moves per batch in ep_warp_copy: each lane has
+ * EP_COPY_UNROLL loads in flight before its first store, so a row costs
+ * about one memory latency per batch instead of one per unit. */
+#define EP_COPY_UNROLL (MEP__EP_CHUNK_UNITS / 32)
+#define EP_COPY_BATCH MEP__EP_CHUNK_UNITS
+
+/* A warp copies `nv` 16-byte units from src to dst (both 16-aligned);
+ * cg: src is bytes a peer or the proxy wrote (ld.cg), else a read-only
+ * input of the call (ld.nc). */
+template <bool CG>
+__device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
+                                             int nv, int lane) {
+  for (int base = 0; base < nv; base += EP_COPY_BATCH) {
+    ep_v16 d[EP_COPY_UNROLL];
+#pragma unroll
+    for (int u = 0; u < EP_COPY_UNROLL; u++) {
+      int v = base + u * 32 + lane;
+      if (v < nv)
+        d[u] = CG ? ep_ld16_cg(src + (size_t)v * 16)
+                  : ep_ld16_nc(src + (size_t)v * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < EP_COPY_UNROLL; u++) {
+      int v = base + u * 32 + lane;
+      if (v < nv) ep_st16(dst + (size_t)v * 16, d[u]);
+    }
+  }
+}
+
+__device__ __forceinline__ int32_t ep_active(const int32_t *active, int r) {
+  return *(const volatile int32_t *)(active + r);
+}
+
+/* A source missed its deadline: it is skipped from now on. */
+__device__ __forceinline__ void ep_clear(int32_t *active, int r) {
+  atomicExch((int *)(active + r), 0);
+}
+
+#define EP_SPIN_NS 20000u
+
+/* Polls the signal word at p until it carries call `seq` (its high half,
+ * the call number, reaches seq), rank r goes inactive (another thread gave
+ * up on it) or deadline_ns passes. 1 and *word on success; 0 else. The
+ * load is an acquire at system scope: what the signal covers is visible
+ * to the calling thread (and, after a barrier, to its block). */
+__device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
+                                            const int32_t *active, int r,
+                                            uint64_t deadline_ns,
+                                            uint64_t *word) {
+  /* Spin without naps for the first EP_SPIN_NS: the signal usually
+   * comes within microseconds and a nap only delays seeing it. Then
+   * short naps (the peer's kernel may share this GPU, which time-slices
+   * between processes anyway). */
+  uint64_t nap_from = 0;
+  unsigned ns = 32;
+  for (;;) {
+    uint64_t v = mep_dev_load_acquire((const volatile uint64_t *)p);
+    if ((v >> 32) >= seq) {
+      *word = v;
+      return 1;
+    }
+    if (!ep_active(active, r)) return 0;
+    uint64_t now = mep_dev_now_ns();
+    if (now > deadline_ns) return 0;
+    if (!nap_from) nap_from = now + EP_SPIN_NS;
+    if (now < nap_from) continue;
+    __nanosleep(ns);
+    if (ns < 256) ns *= 2;
+  }
+}
+
+/* One thread: before a send kernel writes the stages of this rank's host
+ * part again, the proxy must have carried out every command of the
+ * previous send of its kind (mark). Gives up at the deadline (the proxy
+ * is stuck on a failed peer: receivers' timeouts handle that). */
+__device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
+                                              int kind, uint64_t deadline) {
+  const mep_dev_win_t *w = c.win;
+  if (!c.has_proxy || !w->ring_len) return;
+  unsigned long long mark =
+      *(volatile unsigned long long *)&c.st->mark[kind];
+  while (*w->ring_done < mark && mep_dev_now_ns() <= deadline)
+    __nanosleep(128);
+}
+
+/* Every block calls it once at its end (all threads): returns true in the
+ * one block that finished last, after which every other block's writes
+ * and atomics are visible to it. It resets the counter for the next
+ * launch. */
+__device__ __forceinline__ bool ep_last_block(unsigned int *done,
+                                              unsigned int blocks) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = atomicAdd(done, 1u) == blocks - 1;
+    if (last) {
+      *(volatile unsigned int *)done = 0;
+      __threadfence_system();
+    }
+  }
+  __syncthreads();
+  return last;
+}
+
+/* The last block, after its own work: records the ring's tail for the
+ * stage gate (kind 0 dispatch, 1 combine, -1 none) and completes the call
+ * (seq). */
+__device__ __forceinline__ void ep_finish(const mep__ep_kcommon_t &c,
+                                          int seq_kind, int mark_kind,
+                                          uint64_t seq) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (mark_kind >= 0 && c.has_proxy && c.win->ring_len)
+      c.st->mark[mark_kind] = *(volatile unsigned long long *)c.win->ring_tail;
+    *(volatile uint64_t *)&c.st->seq[seq_kind] = seq;
+  }
+}
+
+__device__ __forceinline__ uint64_t ep_seq(const mep__ep_kcommon_t &c,
+                                           int kind) {
+  return *(const volatile uint64_t *)&c.st->seq[kind] + 1;
+}
+
+#endif /* MEP_EP_DEV_CUH */

@@ -1,0 +1,357 @@
+/* ep_dispatch.cu - the dispatch kernels of the CUDA path.
+ *
+ * Send (one launch, a block per token at a time): the block's first
+ * threads take a slot per top-k expert (an atomic counter per expert and
+ * half), then all threads move the row to every destination at once:
+ * bf16 as is, or FP8 codes and one float scale per 128 channels (a group
+ * is 8 consecutive threads of a warp, 16 channels each). A message goes
+ * straight into a mapped peer's window, or into this rank's host-part
+ * stage followed by a proxy put. The block that finishes last sends every
+ * expert of every active rank its count word (seq << 32 | tokens), also
+ * "0 tokens".
+ *
+ * Receive (grid: split blocks x local experts): block 0 of an expert
+ * waits for each active source's count word (a source that misses the
+ * deadline is cleared in active), lays the sources out in rank order,
+ * writes layout_range and recv_count and publishes them to its sibling
+ * blocks (ready[el] = seq); then all blocks of the expert copy the
+ * messages out, a warp per message. A sibling only ever waits for block 0
+ * of its own expert, whose linear block index is lower (dispatched first),
+ * and that wait has a deadline too. */
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "ep_dev.cuh"
+
+namespace {
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+/* ep.h's scale: max(amax, 1e-4) / 448, rounded up to a power of two with
+ * round_scale (exactly: a float with mantissa bits set moves to the next
+ * exponent; scales are normal floats, >= 1e-4 / 448). */
+__device__ __forceinline__ float fp8_scale(float amax, int round_scale) {
+  float s = fmaxf(amax, 1e-4f) / 448.0f;
+  if (round_scale) {
+    uint32_t b = __float_as_uint(s);
+    if (b & 0x7fffffu) b = (b + 0x7fffffu) & 0xff800000u;
+    s = __uint_as_float(b);
+  }
+  return s;
+}
+
+/* Two values to two e4m3 codes (round to nearest even, saturating to
+ * +-448), the first in the low byte. */
+__device__ __forceinline__ uint32_t fp8x2(float a, float b) {
+  __nv_fp8x2_storage_t r =
+      __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  return (uint32_t)r;
+}
+
+/* Exclusive prefix sum over the block of one int per thread (blockDim a
+ * multiple of 32, at most 1024); *total gets the sum. */
+__device__ int block_excl_scan(int v, int *total) {
+  __shared__ int warp_sum[32];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int nw = blockDim.x >> 5;
+  int incl = v;
+  for (int d = 1; d < 32; d <<= 1) {
+    int o = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += o;
+  }
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int ws = lane < nw ? warp_sum[lane] : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      int o = __shfl_up_sync(0xffffffffu, ws, d);
+      if (lane >= d) ws += o;
+    }
+    if (lane < nw) warp_sum[lane] = ws; /* inclusive over warps */
+  }
+  __syncthreads();
+  int before = warp == 0 ? 0 : warp_sum[warp - 1];
+  *total = warp_sum[nw - 1];
+  __syncthreads(); /* warp_sum is reused by the next call */
+  return before + incl - v;
+}
+
+/* One token's row into the messages of its destinations (ptr[j] != NULL):
+ * data after the 16-byte header. */
+__device__ __forceinline__ void send_bf16(const uint8_t *row, int hidden,
+                                          uint8_t *const *ptr, int topk) {
+  int nv = hidden / 8;
+  for (int v = threadIdx.x; v < nv; v += blockDim.x) {
+    ep_v16 d = ep_ld16_nc(row + (size_t)v * 16);
+    for (int j = 0; j < topk; j++)
+      if (ptr[j]) ep_st16(ptr[j] + MEP_EP_MSG_HEADER + (size_t)v * 16, d);
+  }
+}
+
+__device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
+                                         int round_scale,
+                                         uint8_t *const *ptr, int topk) {
+  int nu = hidden / 16; /* units of 16 channels; 8 make a group */
+  for (int base = 0; base < nu; base += blockDim.x) {
+    int u = base + (int)threadIdx.x;
+    bool ok = u < nu;
+    float f[16];
+    float amax = 0.0f;
+    if (ok) {
+      ep_v16 a = ep_ld16_nc(row + (size_t)u * 32);
+      ep_v16 b = ep_ld16_nc(row + (size_t)u * 32 + 16);
+      for (int i = 0; i < 4; i++) {
+        f[2 * i] = bf16_lo(a.w[i]);
+        f[2 * i + 1] = bf16_hi(a.w[i]);
+        f[8 + 2 * i] = bf16_lo(b.w[i]);
+        f[8 + 2 * i + 1] = bf16_hi(b.w[i]);
+      }
+      for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(f[i]));
+    }
+    /* nu is a multiple of 8 and blockDim of 32: the 8 threads of a group
+     * sit in one warp and are all ok or all not; every lane shuffles */
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+    if (!ok) continue;
+    float s = fp8_scale(amax, round_scale);
+    ep_v16 q;
+    for (int i = 0; i < 4; i++) {
+      uint32_t lo = fp8x2(__fdiv_rn(f[4 * i], s), __fdiv_rn(f[4 * i + 1], s));
+      uint32_t hi =
+          fp8x2(__fdiv_rn(f[4 * i + 2], s), __fdiv_rn(f[4 * i + 3], s));
+      q.w[i] = lo | (hi << 16);
+    }
+    for (int j = 0; j < topk; j++) {
+      if (!ptr[j]) continue;
+      ep_st16(ptr[j] + MEP_EP_MSG_HEADER + (size_t)u * 16, q);
+      if ((u & 7) == 0)
+        *(float *)(ptr[j] + MEP_EP_MSG_HEADER + hidden + (u / 8) * 4) = s;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_ep_layout_t *L = &c.lay;
+  const mep_dev_win_t *w = c.win;
+  const uint64_t seq = ep_seq(c, MEP__EP_DS);
+  const int half = (int)(seq & 1);
+  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const int E = L->experts, nl = L->local, H = L->hidden, T = L->tokens;
+  const int topk = k.num_topk;
+  int *cnt = k.slots + (size_t)half * E;
+  const uint64_t len = k.fp8 ? MEP_EP_MSG_HEADER + (uint64_t)H + H / 32
+                             : MEP_EP_MSG_HEADER + 2 * (uint64_t)H;
+
+  /* the other half's counters: its last call ended before this one began
+   * on the stream, its next begins after this one ends */
+  if (blockIdx.x == 0)
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      k.slots[(size_t)(1 - half) * E + e] = 0;
+  if (threadIdx.x == 0) ep_stage_gate(c, 0, deadline);
+  __syncthreads();
+
+  __shared__ uint8_t *s_ptr[MEP_EP_STAGE_TOPK];
+  __shared__ int s_any_proxy;
+  /* each of the first topk threads keeps its destination's offsets */
+  int my_dst = -1;
+  uint64_t my_off = 0, my_stage = 0;
+  for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
+    if (threadIdx.x == 0) s_any_proxy = 0;
+    __syncthreads();
+    if ((int)threadIdx.x < topk) {
+      int j = threadIdx.x;
+      int64_t e = k.topk_idx[(size_t)t * topk + j];
+      uint8_t *p = nullptr;
+      my_dst = -1;
+      if (e >= 0 && e < E && ep_active(c.active, (int)(e / nl))) {
+        int slot = atomicAdd(cnt + e, 1);
+        /* more than T only with a token naming one expert twice: the
+         * extra copies are dropped (the count is capped to T too) */
+        if (slot < T) {
+          my_dst = (int)(e / nl);
+          my_off = mep_ep_disp_msg(L, half, (int)(e % nl), c.rank, slot);
+          my_stage = mep_ep_disp_stage(L, t, j);
+          p = mep_dev_dst(w, my_dst, my_off, my_stage);
+          if (w->kind[my_dst] != MEP_DEV_PTR) s_any_proxy = 1;
+          /* header: the token's index here, then 12 unused bytes */
+          ep_v16 h = {{(uint32_t)t, 0u, 0u, 0u}};
+          ep_st16(p, h);
+        }
+      }
+      s_ptr[j] = p;
+    }
+    __syncthreads();
+    const uint8_t *row = (const uint8_t *)k.x + (size_t)t * 2 * H;
+    if (k.fp8)
+      send_fp8(row, H, k.round_scale, s_ptr, topk);
+    else
+      send_bf16(row, H, s_ptr, topk);
+    /* a staged message is read by the proxy on the host: every writer
+     * fences at system scope before the put is queued. Mapped peers need
+     * nothing here: the count signal's fence covers them. */
+    if (s_any_proxy) __threadfence_system();
+    __syncthreads();
+    if ((int)threadIdx.x < topk && s_ptr[threadIdx.x])
+      (void)mep_dev_put(w, my_dst, my_off, my_stage, len, deadline);
+    __syncthreads(); /* s_ptr is rewritten for the next token */
+  }
+
+  if (!ep_last_block(&c.st->done[MEP__EP_DS], gridDim.x)) return;
+  /* every block's slots and puts are done: the counts are final */
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int dst = e / nl;
+    if (!ep_active(c.active, dst)) continue;
+    int n = __ldcg(cnt + e);
+    if (n > T) n = T;
+    (void)mep_dev_signal(w, dst, mep_ep_disp_count(L, half, e % nl, c.rank),
+                         mep_ep_word(seq, (uint32_t)n), deadline);
+  }
+  ep_finish(c, MEP__EP_DS, 0, seq);
+}
+
+/* A warp: message `slot` of source `src` for local expert el into output
+ * row `row` of that expert. */
+__device__ __forceinline__ void recv_row(const mep__ep_kdisp_t &k, int half,
+                                         int el, int src, int slot,
+                                         int row) {
+  const mep_ep_layout_t *L = &k.c.lay;
+  const int lane = threadIdx.x & 31, H = L->hidden;
+  const size_t S = (size_t)L->ranks * L->tokens;
+  const size_t orow = (size_t)el * S + row;
+  const uint8_t *m =
+      mep_dev_src(k.c.win, src, mep_ep_disp_msg(L, half, el, src, slot));
+  if (lane == 0) k.src_info[orow] = __ldcg((const int32_t *)m);
+  const uint8_t *data = m + MEP_EP_MSG_HEADER;
+  if (!k.fp8) {
+    ep_warp_copy<true>((uint8_t *)k.recv_x + orow * 2 * H, data, H / 8, lane);
+    return;
+  }
+  ep_warp_copy<true>((uint8_t *)k.recv_x + orow * H, data, H / 16, lane);
+  const float *sc = (const float *)(data + H);
+  const int G = H / 128;
+  if (!k.ue8m0) {
+    float *o = (float *)k.recv_scales;
+    for (int g = lane; g < G; g += 32)
+      o[((size_t)el * G + g) * S + row] = __ldcg(sc + g);
+    return;
+  }
+  /* ue8m0: group 4j+i's exponent byte in byte i of word j */
+  int32_t *o = (int32_t *)k.recv_scales;
+  for (int j = lane; j < G / 4; j += 32) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; i++)
+      word |= ((__float_as_uint(__ldcg(sc + 4 * j + i)) >> 23) & 0xffu)
+              << (8 * i);
+    o[((size_t)el * (G / 4) + j) * S + row] = (int32_t)word;
+  }
+}
+
+/* Block 0 of expert el: the counts of every source, the layout. Returns
+ * the expert's total. */
+__device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
+                           int el, uint64_t deadline) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_ep_layout_t *L = &c.lay;
+  const int R = L->ranks, T = L->tokens;
+  int64_t *lr = k.layout_range + (size_t)el * R;
+  int running = 0;
+  for (int base = 0; base < R; base += blockDim.x) {
+    int s = base + (int)threadIdx.x, n = 0, chunk = 0;
+    if (s < R && ep_active(c.active, s)) {
+      const uint64_t *p = (const uint64_t *)mep_dev_src(
+          c.win, s, mep_ep_disp_count(L, half, el, s));
+      uint64_t word = 0;
+      if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
+        uint32_t got = (uint32_t)word;
+        n = got > (uint32_t)T ? T : (int)got;
+      } else {
+        ep_clear(c.active, s);
+      }
+    }
+    int excl = block_excl_scan(n, &chunk);
+    if (s < R) lr[s] = ((int64_t)n << 32) | (int64_t)(running + excl);
+    running += chunk;
+  }
+  return running;
+}
+
+/* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c). */
+__global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
+    disp_recv(mep__ep_kdisp_t k) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_ep_layout_t *L = &c.lay;
+  const uint64_t seq = ep_seq(c, MEP__EP_DR);
+  const int half = (int)(seq & 1);
+  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
+  const int R = L->ranks;
+  __shared__ int s_ok;
+
+  if (y == 0) {
+    int total = recv_layout(k, seq, half, el, deadline);
+    if (threadIdx.x == 0) k.recv_count[el] = total;
+    __syncthreads(); /* every layout_range store of the block is done */
+    if (threadIdx.x == 0) {
+      __threadfence();
+      asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(k.ready + el),
+                   "l"((unsigned long long)seq)
+                   : "memory");
+      s_ok = 1;
+    }
+  } else if (threadIdx.x == 0) {
+    /* block 0 may itself wait a whole timeout for a silent source */
+    uint64_t until = deadline + c.timeout_ns, now = 0;
+    uint64_t nap_from = mep_dev_now_ns() + EP_SPIN_NS;
+    unsigned long long r;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
+                   : "=l"(r)
+                   : "l"(k.ready + el)
+                   : "memory");
+      if (r >= seq || (now = mep_dev_now_ns()) > until) break;
+      if (now >= nap_from) __nanosleep(64); /* spin first: see ep_wait_word */
+    }
+    s_ok = r >= seq;
+  }
+  __syncthreads();
+
+  if (s_ok) {
+    const int W = blockDim.x >> 5;
+    const int gw = y * W + (int)(threadIdx.x >> 5), GW = Y * W;
+    const int64_t *lr = k.layout_range + (size_t)el * R;
+    for (int s = 0; s < R; s++) {
+      int64_t v = __ldcg(lr + s);
+      int n = (int)(v >> 32), begin = (int)(uint32_t)v;
+      if (n <= 0) continue;
+      /* rows of the whole expert go round-robin over its warps */
+      int first = ((gw - begin) % GW + GW) % GW;
+      for (int i = first; i < n; i += GW)
+        recv_row(k, half, el, s, i, begin + i);
+    }
+  }
+
+  if (ep_last_block(&c.st->done[MEP__EP_DR], gridDim.x * gridDim.y))
+    ep_finish(c, MEP__EP_DR, -1, seq);
+}
+
+} // namespace
+
+extern "C" int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k,
+                                            void *stream) {
+  disp_send<<<k->send_blocks, k->send_threads, 0, (cudaStream_t)stream>>>(*k);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
+                                            void *stream) {
+  dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
+  disp_recv<<<grid, k->recv_threads, 0, (cudaStream_t)stream>>>(*k);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,96 @@
+/* ep_host.c - the CPU path (MEP_EP_HOST): one host region per rank of the
+ * layout's size, registered with every transport, and the helpers the
+ * dispatch and combine files share. */
+#include "ep_host.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t mep__ep_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+int mep__ep_left_ms(uint64_t deadline_us) {
+  uint64_t now = mep__ep_now_us();
+  if (now >= deadline_us) return 0;
+  uint64_t ms = (deadline_us - now + 999) / 1000;
+  return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+int mep__ep_host_create(mep_ep_buffer_t *b) {
+  const char *fn = "mep_ep_buffer_create";
+  struct mep__ep_host *h = calloc(1, sizeof *h);
+  size_t R = (size_t)b->size, E = (size_t)b->cfg.num_experts;
+  if (h) {
+    h->mem = aligned_alloc(MEP_EP_ALIGN, (size_t)b->lay.total);
+    h->counts = calloc(E, sizeof *h->counts);
+    b->active = malloc(R * sizeof *b->active);
+  }
+  if (!h || !h->mem || !h->counts || !b->active) {
+    if (h) free(h->mem);
+    if (h) free(h->counts);
+    free(h);
+    free(b->active);
+    b->active = NULL;
+    return mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for the %llu "
+                         "bytes of the CPU path's communication buffer", fn,
+                         (unsigned long long)b->lay.total);
+  }
+  /* zero: a count word below (1 << 32) means "nothing yet" */
+  memset(h->mem, 0, (size_t)b->lay.total);
+  for (size_t r = 0; r < R; r++) b->active[r] = 1;
+  int rc = mep_region_register(b->comm, h->mem, (size_t)b->lay.total,
+                               MEP_MEM_HOST, &h->region);
+  if (rc) {
+    free(h->mem);
+    free(h->counts);
+    free(h);
+    free(b->active);
+    b->active = NULL;
+    return mep_set_error(rc, 1, "%s: registering the %llu-byte host buffer",
+                         fn, (unsigned long long)b->lay.total);
+  }
+  b->host = h;
+  return 0;
+}
+
+void mep__ep_host_destroy(mep_ep_buffer_t *b) {
+  struct mep__ep_host *h = b->host;
+  if (!h) return;
+  /* let puts that read our stages finish before their memory goes */
+  (void)mep_flush(b->comm, (int)(b->timeout_us / 1000) + 1);
+  (void)mep_region_deregister(h->region);
+  free(h->mem);
+  free(h->counts);
+  free(h);
+  free(b->active);
+  b->host = NULL;
+  b->active = NULL;
+}
+
+void *mep__ep_host_combine_buffer(mep_ep_buffer_t *b) {
+  return (char *)b->host->mem + b->lay.comb_stage;
+}
+
+int mep__ep_host_flush(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                       const char *fn) {
+  int64_t ms = c->timeout_us / 1000 + 1;
+  int rc = mep_flush(b->comm, ms > INT32_MAX ? INT32_MAX : (int)ms);
+  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
+      rc == MEP_ERR_EXCLUDED || rc == 0)
+    return 0;
+  return mep_set_error(rc, 1, "%s: waiting for earlier sends to leave the "
+                       "staging area", fn);
+}
+
+int mep__ep_host_peer_error(const mep__ep_call_t *c, int dst, int rc) {
+  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
+      rc == MEP_ERR_EXCLUDED || rc == MEP_ERR_UNREACHABLE) {
+    c->active[dst] = 0;
+    return 0;
+  }
+  return rc;
+}

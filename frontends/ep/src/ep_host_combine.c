@@ -1,0 +1,152 @@
+/* ep_host_combine.c - combine on the CPU path. Send: every row an expert of
+ * this rank received goes back to its token's rank, at (half, expert,
+ * token); then every expert of this rank raises its flag (seq) on every
+ * active rank, also when it sent that rank nothing. Receive: the flags of
+ * the experts of active ranks under one deadline (a rank that misses it is
+ * cleared), then the weighted sum per token in float, rounded once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep_fp8.h"
+#include "ep_host.h"
+
+static const char *const FN = "mep_ep_combine";
+
+/* The rows to send must name real tokens in real rows: they become
+ * offsets of puts. */
+static int check_ranges(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a) {
+  int L = b->lay.local, R = b->size, T = b->cfg.max_tokens_per_rank;
+  uint64_t S = (uint64_t)R * (uint64_t)T;
+  for (int el = 0; el < L; el++)
+    for (int src = 0; src < R; src++) {
+      int64_t lr = a->layout_range[(size_t)el * R + src];
+      uint64_t n = (uint64_t)lr >> 32, begin = (uint64_t)lr & 0xffffffffu;
+      if (n > (uint64_t)T || begin + n > S)
+        return mep_set_error(MEP_ERR_INVALID, 0, "%s: layout_range[%d][%d] "
+                             "is count %llu begin %llu: outside the %d rows "
+                             "from a rank or the %llu of an expert", FN, el,
+                             src, (unsigned long long)n,
+                             (unsigned long long)begin, T,
+                             (unsigned long long)S);
+      for (uint64_t i = begin; i < begin + n; i++) {
+        int32_t t = a->src_info[(size_t)el * S + i];
+        if (t < 0 || t >= T)
+          return mep_set_error(MEP_ERR_INVALID, 0, "%s: src_info[%d][%llu] "
+                               "is %d, outside 0..max_tokens_per_rank (%d)",
+                               FN, el, (unsigned long long)i, (int)t, T);
+      }
+    }
+  return 0;
+}
+
+static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
+                      const mep__ep_call_t *c, uint64_t seq) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local, R = b->size, half = (int)(seq & 1);
+  size_t row_bytes = 2 * (size_t)b->cfg.hidden;
+  size_t S = (size_t)R * b->cfg.max_tokens_per_rank;
+  const char *x = a->x ? a->x : mep__ep_host_combine_buffer(b);
+  int copy = x != (const char *)mep__ep_host_combine_buffer(b);
+  int rc = check_ranges(b, a);
+  if (rc) return rc;
+  if ((rc = mep__ep_host_flush(b, c, FN))) return rc;
+  for (int el = 0; el < L; el++)
+    for (int src = 0; src < R; src++) {
+      int64_t lr = a->layout_range[(size_t)el * R + src];
+      uint32_t n = (uint32_t)((uint64_t)lr >> 32), begin = (uint32_t)lr;
+      for (uint32_t i = 0; i < n && c->active[src]; i++) {
+        size_t row = (size_t)begin + i;
+        uint64_t stage = mep_ep_comb_stage(&b->lay, el, (int)row);
+        if (copy)
+          memcpy((char *)h->mem + stage, x + ((size_t)el * S + row) * row_bytes,
+                 row_bytes);
+        int t = a->src_info[(size_t)el * S + row];
+        rc = mep_put(b->comm, src, h->region, stage, h->region,
+                     mep_ep_comb_row(&b->lay, half, b->rank * L + el, t),
+                     row_bytes);
+        if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
+          return mep_set_error(rc, 1, "%s: sending expert %d's row for token "
+                               "%d to rank %d", FN, b->rank * L + el, t, src);
+      }
+    }
+  for (int src = 0; src < R; src++)
+    for (int el = 0; el < L && c->active[src]; el++) {
+      rc = mep_signal(b->comm, src, h->region,
+                      mep_ep_comb_flag(&b->lay, half, b->rank * L + el),
+                      mep_ep_word(seq, 1), MEP_SIGNAL_SET);
+      if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
+        return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
+    }
+  /* the caller may rewrite the zero-copy buffer once this returns */
+  return mep__ep_host_flush(b, c, FN);
+}
+
+static int wait_flags(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                      uint64_t seq) {
+  int L = b->lay.local, half = (int)(seq & 1);
+  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
+  for (int r = 0; r < b->size; r++)
+    for (int el = 0; el < L && c->active[r]; el++) {
+      int rc = mep_wait(b->host->region,
+                        mep_ep_comb_flag(&b->lay, half, r * L + el), seq << 32,
+                        mep__ep_left_ms(deadline), NULL);
+      if (rc == MEP_ERR_TIMEOUT)
+        c->active[r] = 0;
+      else if (rc)
+        return mep_set_error(rc, 1, "%s: waiting for rank %d's experts", FN,
+                             r);
+    }
+  return 0;
+}
+
+static int recv_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
+                      const mep__ep_call_t *c, uint64_t seq) {
+  int L = b->lay.local, K = a->num_topk, H = b->cfg.hidden;
+  int half = (int)(seq & 1);
+  int rc = wait_flags(b, c, seq);
+  if (rc) return rc;
+  float *acc = malloc(sizeof(float) * (size_t)H);
+  if (!acc)
+    return mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for a row of %d "
+                         "floats", FN, H);
+  uint16_t *out = a->out;
+  for (int t = 0; t < a->num_tokens; t++) {
+    memset(acc, 0, sizeof(float) * (size_t)H);
+    for (int k = 0; k < K; k++) {
+      int64_t e = a->topk_idx[(size_t)t * K + k];
+      if (e < 0 || !c->active[e / L]) continue;
+      float w = a->topk_weights[(size_t)t * K + k];
+      const uint16_t *row =
+          (const uint16_t *)((const char *)b->host->mem +
+                             mep_ep_comb_row(&b->lay, half, (int)e, t));
+      for (int i = 0; i < H; i++) acc[i] += w * mep__ep_bf16_to_float(row[i]);
+    }
+    for (int i = 0; i < H; i++)
+      out[(size_t)t * H + i] = mep__ep_float_to_bf16(acc[i]);
+  }
+  free(acc);
+  return 0;
+}
+
+int mep__ep_host_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
+                         const mep__ep_call_t *c) {
+  struct mep__ep_host *h = b->host;
+  if ((c->phases & 1) && h->comb_sent != h->comb_recvd)
+    return mep_set_error(MEP_ERR_INVALID, 0, "%s: the MEP_EP_SEND call %llu "
+                         "has not been received yet (call again with "
+                         "MEP_EP_RECV first)", FN,
+                         (unsigned long long)h->comb_sent);
+  if (c->phases == 2 && h->comb_sent == h->comb_recvd)
+    return mep_set_error(MEP_ERR_INVALID, 0, "%s: MEP_EP_RECV without a "
+                         "preceding MEP_EP_SEND call", FN);
+  if (c->phases & 1) {
+    int rc = send_phase(b, a, c, h->comb_sent + 1);
+    if (rc) return rc;
+    h->comb_sent++;
+  }
+  if (c->phases & 2) {
+    h->comb_recvd++;
+    return recv_phase(b, a, c, h->comb_recvd);
+  }
+  return 0;
+}

@@ -1,0 +1,176 @@
+/* ep_host_dispatch.c - dispatch on the CPU path. Send: each (token, k)
+ * becomes one message [token | pad | data] built in its stage slot and put
+ * into the expert's rank at (half, expert, this rank, slot); then every
+ * expert of every active rank gets its count word (seq, count), zero
+ * counts included, so "0 tokens" differs from "not yet". Receive: the
+ * count words of every (local expert, active source) under one deadline,
+ * then the messages unpacked into the layouts of ep.h. */
+#include <string.h>
+
+#include "ep_fp8.h"
+#include "ep_host.h"
+
+static const char *const FN = "mep_ep_dispatch";
+
+/* Builds the message of token t for slot k in its stage; returns its
+ * length. */
+static size_t build_msg(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                        int t, int k) {
+  size_t H = (size_t)b->cfg.hidden;
+  char *m = (char *)b->host->mem + mep_ep_disp_stage(&b->lay, t, k);
+  const uint16_t *x = (const uint16_t *)a->x + (size_t)t * H;
+  int32_t t32 = t;
+  memset(m, 0, MEP_EP_MSG_HEADER);
+  memcpy(m, &t32, sizeof t32);
+  m += MEP_EP_MSG_HEADER;
+  if (!(a->flags & MEP_EP_FP8)) {
+    memcpy(m, x, 2 * H);
+    return MEP_EP_MSG_HEADER + 2 * H;
+  }
+  /* codes, then hidden / 128 float scales; 64 groups at a time */
+  size_t G = H / MEP_EP_FP8_GROUP;
+  float s[64];
+  for (size_t g0 = 0; g0 < G; g0 += 64) {
+    size_t ng = G - g0 < 64 ? G - g0 : 64;
+    mep__ep_quantize_row(x + g0 * MEP_EP_FP8_GROUP,
+                         (int)(ng * MEP_EP_FP8_GROUP),
+                         !!(a->flags & MEP_EP_ROUND_SCALE),
+                         (uint8_t *)m + g0 * MEP_EP_FP8_GROUP, s);
+    memcpy(m + H + g0 * sizeof(float), s, ng * sizeof(float));
+  }
+  return MEP_EP_MSG_HEADER + H + G * sizeof(float);
+}
+
+static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                      const mep__ep_call_t *c, uint64_t seq) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local, E = b->cfg.num_experts, K = a->num_topk;
+  int half = (int)(seq & 1);
+  int rc = mep__ep_host_flush(b, c, FN);
+  if (rc) return rc;
+  memset(h->counts, 0, sizeof *h->counts * (size_t)E);
+  for (int t = 0; t < a->num_tokens; t++)
+    for (int k = 0; k < K; k++) {
+      int64_t e = a->topk_idx[(size_t)t * K + k];
+      int dst = (int)(e / L);
+      if (e < 0 || !c->active[dst]) continue;
+      uint32_t slot = h->counts[e]++;
+      size_t len = build_msg(b, a, t, k);
+      rc = mep_put(b->comm, dst, h->region, mep_ep_disp_stage(&b->lay, t, k),
+                   h->region,
+                   mep_ep_disp_msg(&b->lay, half, (int)(e % L), b->rank,
+                                   (int)slot), len);
+      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+        return mep_set_error(rc, 1, "%s: sending token %d to expert %lld on "
+                             "rank %d", FN, t, (long long)e, dst);
+    }
+  for (int dst = 0; dst < b->size; dst++)
+    for (int el = 0; el < L && c->active[dst]; el++) {
+      rc = mep_signal(b->comm, dst, h->region,
+                      mep_ep_disp_count(&b->lay, half, el, b->rank),
+                      mep_ep_word(seq, h->counts[dst * L + el]),
+                      MEP_SIGNAL_SET);
+      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+        return mep_set_error(rc, 1, "%s: signalling expert %d of rank %d",
+                             FN, dst * L + el, dst);
+    }
+  return 0;
+}
+
+/* Writes row `row` of local expert el from message m. */
+static void unpack(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                   int el, size_t row, const char *m) {
+  size_t H = (size_t)b->cfg.hidden, S = (size_t)b->size * b->cfg.max_tokens_per_rank;
+  int32_t t;
+  memcpy(&t, m, sizeof t);
+  a->recv_src_info[(size_t)el * S + row] = t;
+  m += MEP_EP_MSG_HEADER;
+  if (!(a->flags & MEP_EP_FP8)) {
+    memcpy((char *)a->recv_x + ((size_t)el * S + row) * 2 * H, m, 2 * H);
+    return;
+  }
+  memcpy((char *)a->recv_x + ((size_t)el * S + row) * H, m, H);
+  size_t G = H / MEP_EP_FP8_GROUP;
+  const char *sc = m + H;
+  if (!(a->flags & MEP_EP_UE8M0)) {
+    float *out = (float *)a->recv_scales + (size_t)el * G * S + row;
+    for (size_t g = 0; g < G; g++) memcpy(out + g * S, sc + g * 4, 4);
+    return;
+  }
+  size_t GW = G / MEP_EP_UE8M0_PACK;
+  int32_t *out = (int32_t *)a->recv_scales + (size_t)el * GW * S + row;
+  for (size_t j = 0; j < GW; j++) {
+    uint32_t w = 0;
+    for (int i = 0; i < MEP_EP_UE8M0_PACK; i++) {
+      float s;
+      memcpy(&s, sc + (j * MEP_EP_UE8M0_PACK + (size_t)i) * 4, 4);
+      w |= (uint32_t)mep__ep_scale_to_ue8m0(s) << (8 * i);
+    }
+    out[j * S] = (int32_t)w;
+  }
+}
+
+static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                      const mep__ep_call_t *c, uint64_t seq) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local, R = b->size, T = b->cfg.max_tokens_per_rank;
+  int half = (int)(seq & 1);
+  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
+  for (int el = 0; el < L; el++) {
+    uint32_t off = 0;
+    for (int src = 0; src < R; src++) {
+      uint64_t seen = 0;
+      uint32_t n = 0;
+      if (c->active[src]) {
+        int rc = mep_wait(h->region, mep_ep_disp_count(&b->lay, half, el, src),
+                          seq << 32, mep__ep_left_ms(deadline), &seen);
+        if (rc == MEP_ERR_TIMEOUT)
+          c->active[src] = 0;
+        else if (rc)
+          return mep_set_error(rc, 1, "%s: waiting for rank %d's tokens", FN,
+                               src);
+        else if (seen >> 32 != seq || (uint32_t)seen > (uint32_t)T)
+          return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d's count word "
+                               "for expert %d is call %llu with %u tokens; "
+                               "want call %llu with at most %d", FN, src,
+                               b->rank * L + el,
+                               (unsigned long long)(seen >> 32),
+                               (unsigned)seen, (unsigned long long)seq, T);
+        else
+          n = (uint32_t)seen;
+      }
+      a->recv_layout_range[(size_t)el * R + src] =
+          (int64_t)(((uint64_t)n << 32) | off);
+      for (uint32_t i = 0; i < n; i++)
+        unpack(b, a, el, off + i,
+               (const char *)h->mem +
+                   mep_ep_disp_msg(&b->lay, half, el, src, (int)i));
+      off += n;
+    }
+    a->recv_count[el] = (int32_t)off;
+  }
+  return 0;
+}
+
+int mep__ep_host_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                          const mep__ep_call_t *c) {
+  struct mep__ep_host *h = b->host;
+  if ((c->phases & 1) && h->disp_sent != h->disp_recvd)
+    return mep_set_error(MEP_ERR_INVALID, 0, "%s: the MEP_EP_SEND call %llu "
+                         "has not been received yet (call again with "
+                         "MEP_EP_RECV first)", FN,
+                         (unsigned long long)h->disp_sent);
+  if (c->phases == 2 && h->disp_sent == h->disp_recvd)
+    return mep_set_error(MEP_ERR_INVALID, 0, "%s: MEP_EP_RECV without a "
+                         "preceding MEP_EP_SEND call", FN);
+  if (c->phases & 1) {
+    int rc = send_phase(b, a, c, h->disp_sent + 1);
+    if (rc) return rc;
+    h->disp_sent++;
+  }
+  if (c->phases & 2) {
+    h->disp_recvd++;
+    return recv_phase(b, a, c, h->disp_recvd);
+  }
+  return 0;
+}

@@ -1,0 +1,116 @@
+/* layout.h - where everything lives in a rank's communication memory (a
+ * host region on the CPU path, a device window on the CUDA path), the same
+ * on every rank. Plain C and CUDA (host and device).
+ *
+ * With R ranks, T = max tokens per rank, H = hidden, E experts, L = E / R:
+ *  - dispatch receive [2][L][R][T] messages of msg bytes:
+ *    [int32 source token index | 12 bytes unused | data], data being
+ *    H bf16, or H fp8 bytes followed by H / 128 float scales.
+ *  - dispatch counts [2][L][R] words: (seq << 32) | tokens, written by
+ *    the source after its messages: "0 tokens" differs from "not yet".
+ *  - combine receive [2][E][T] rows of H bf16: expert e's output for this
+ *    rank's token t.
+ *  - combine flags [2][E] words: (seq << 32) | 1 from expert e's rank.
+ *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, combine stage
+ *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
+ *    proxied (or CPU-path) send reads from.
+ * [2]: calls alternate between two halves (seq & 1), so back-to-back calls
+ * need no cleaning; seq counts dispatch calls and combine calls apart,
+ * from 1. */
+#ifndef MEP_EP_LAYOUT_H
+#define MEP_EP_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MEP_EP_HD __host__ __device__ __forceinline__
+#else
+#define MEP_EP_HD static inline
+#endif
+
+#define MEP_EP_MSG_HEADER 16u
+#define MEP_EP_ALIGN 4096u
+#define MEP_EP_STAGE_TOPK 16u /* = MEP_EP_MAX_TOPK of ep.h */
+
+typedef struct mep_ep_layout {
+  int ranks, tokens, hidden, experts, local; /* R, T, H, E, L */
+  uint64_t msg;         /* bytes of one dispatch message */
+  uint64_t disp_recv;   /* offsets of the areas */
+  uint64_t disp_count;
+  uint64_t comb_recv;
+  uint64_t comb_flag;
+  uint64_t disp_stage;
+  uint64_t comb_stage;
+  uint64_t total;       /* bytes of the whole */
+} mep_ep_layout_t;
+
+MEP_EP_HD uint64_t mep_ep_align(uint64_t v) {
+  return (v + MEP_EP_ALIGN - 1) / MEP_EP_ALIGN * MEP_EP_ALIGN;
+}
+
+/* Fills *l; the caller has validated the parameters. */
+MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
+                             int hidden, int experts) {
+  uint64_t R = (uint64_t)ranks, T = (uint64_t)tokens, H = (uint64_t)hidden;
+  uint64_t E = (uint64_t)experts, L = E / R, off = 0;
+  l->ranks = ranks;
+  l->tokens = tokens;
+  l->hidden = hidden;
+  l->experts = experts;
+  l->local = (int)L;
+  /* bf16 data is the larger: 2H >= H + H / 128 * 4 */
+  l->msg = MEP_EP_MSG_HEADER + 2 * H;
+  l->disp_recv = off;
+  off = mep_ep_align(off + 2 * L * R * T * l->msg);
+  l->disp_count = off;
+  off = mep_ep_align(off + 2 * L * R * 8);
+  l->comb_recv = off;
+  off = mep_ep_align(off + 2 * E * T * 2 * H);
+  l->comb_flag = off;
+  off = mep_ep_align(off + 2 * E * 8);
+  l->disp_stage = off;
+  off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
+  l->comb_stage = off;
+  off = mep_ep_align(off + L * R * T * 2 * H);
+  l->total = off;
+}
+
+/* Offsets of one item. `half` is seq & 1. */
+MEP_EP_HD uint64_t mep_ep_disp_msg(const mep_ep_layout_t *l, int half,
+                                   int local_expert, int src, int slot) {
+  uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
+                   l->tokens + slot;
+  return l->disp_recv + i * l->msg;
+}
+MEP_EP_HD uint64_t mep_ep_disp_count(const mep_ep_layout_t *l, int half,
+                                     int local_expert, int src) {
+  return l->disp_count +
+         (((uint64_t)half * l->local + local_expert) * l->ranks + src) * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_row(const mep_ep_layout_t *l, int half,
+                                   int expert, int token) {
+  uint64_t i = ((uint64_t)half * l->experts + expert) * l->tokens + token;
+  return l->comb_recv + i * 2 * (uint64_t)l->hidden;
+}
+MEP_EP_HD uint64_t mep_ep_comb_flag(const mep_ep_layout_t *l, int half,
+                                    int expert) {
+  return l->comb_flag + ((uint64_t)half * l->experts + expert) * 8;
+}
+MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
+                                     int k) {
+  return l->disp_stage +
+         ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
+}
+MEP_EP_HD uint64_t mep_ep_comb_stage(const mep_ep_layout_t *l,
+                                     int local_expert, int row) {
+  uint64_t i = (uint64_t)local_expert * l->ranks * l->tokens + row;
+  return l->comb_stage + i * 2 * (uint64_t)l->hidden;
+}
+
+/* The 64-bit signal words. */
+MEP_EP_HD uint64_t mep_ep_word(uint64_t seq, uint32_t n) {
+  return (seq << 32) | n;
+}
+
+#endif /* MEP_EP_LAYOUT_H */
