@@ -181,6 +181,48 @@ def table(rows, n):
     return "\n".join(lines)
 
 
+def run_ranks(name, rank_main, world, args):
+    """Spawns `world` processes running rank_main(rank, world, port, args,
+    results) around a TCPStore, collects one result per rank (a dict; one
+    with "error" is a failed rank) until args.timeout, reaps them all.
+    Returns ({rank: result}, exit status)."""
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, world, store.port, args, results))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    got, end, rc = {}, time.monotonic() + args.timeout, 0
+    while len(got) < world:
+        try:
+            r, res = results.get(timeout=1.0)
+            got[r] = res
+        except queue.Empty:
+            if time.monotonic() > end:
+                print(f"{name}: ranks still running after {args.timeout} s; killed",
+                      file=sys.stderr)
+                rc = 1
+                break
+            if all(not p.is_alive() for p in procs) and results.empty():
+                print(f"{name}: ranks exited without results", file=sys.stderr)
+                rc = 1
+                break
+    for p in procs:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    for r, res in sorted(got.items()):
+        if "error" in res:
+            print(f"{name}: rank {r} failed:\n{res['error']}", file=sys.stderr)
+            rc = 1
+    if not rc and 0 not in got:
+        rc = 1
+    return got, rc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -203,7 +245,6 @@ def main():
     if bad:
         ap.error(f"unknown operation(s) {bad}; choose from {OPS}")
     import torch
-    import torch.distributed as dist
     ngpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if ngpu < 1 or (ngpu < 2 and not args.share_gpu):
         print(f"bench-cuda: needs 2 GPUs (this machine shows {ngpu}); "
@@ -211,39 +252,9 @@ def main():
         return 2
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     world = 2
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=rank_main, args=(r, world, store.port, args, results))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    got, end, rc = {}, time.monotonic() + args.timeout, 0
-    while len(got) < world:
-        try:
-            r, res = results.get(timeout=1.0)
-            got[r] = res
-        except queue.Empty:
-            if time.monotonic() > end:
-                print(f"bench-cuda: ranks still running after {args.timeout} s; killed",
-                      file=sys.stderr)
-                rc = 1
-                break
-            if all(not p.is_alive() for p in procs) and results.empty():
-                print("bench-cuda: ranks exited without results", file=sys.stderr)
-                rc = 1
-                break
-    for p in procs:
-        p.join(timeout=5)
-        if p.is_alive():
-            p.kill()
-            p.join()
-    for r, res in sorted(got.items()):
-        if "error" in res:
-            print(f"bench-cuda: rank {r} failed:\n{res['error']}", file=sys.stderr)
-            rc = 1
-    if rc or 0 not in got:
-        return rc or 1
+    got, rc = run_ranks("bench-cuda", rank_main, world, args)
+    if rc:
+        return rc
     copy = None if args.share_gpu else peer_copy_gbps()
     res = got[0]
     print(f"# mep vs NCCL, {world} ranks, {'one shared GPU' if args.share_gpu else 'one GPU each'}, "

@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
 # The demo: builds mep (scripts/setup.sh), shows what it finds and the routes
-# a 4-rank local group picks, then runs 4 ranks of examples/alltoall over
-# the TCP transport, each checking every word it receives.
-# Usage: scripts/demo.sh [RANKS] [BYTES]
+# a local group picks, then runs a small Mixture-of-Experts layer
+# (examples/moe) on RANKS CPU processes over the TCP transport: mep.ep
+# dispatches the tokens to their experts' ranks and combines the results,
+# and every rank checks its output against the dense single-process layer.
+# Without the Python package (no torch) it runs the C all-to-all example
+# instead (examples/alltoall), saying why.
+# Usage: scripts/demo.sh [RANKS]
 set -euo pipefail
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
 n=${1:-4}
-bytes=${2:-4194304}
 bin="$PWD/_install/bin"
 export MEP_TRANSPORTS=${MEP_TRANSPORTS:-tcp}
 "$bin/mep-info" --size "$n"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo
-echo "alltoall: $n ranks, $bytes bytes per pair, store on 127.0.0.1:$port"
-pids=()
-for ((r = 0; r < n; r++)); do
-  timeout 120 "$bin/alltoall" --rank "$r" --size "$n" --store "127.0.0.1:$port" \
-    --bytes "$bytes" &
-  pids+=($!)
-done
+
+pydir="$PWD/_install/lib/mep/python"
+export PYTHONPATH="$pydir${PYTHONPATH:+:$PYTHONPATH}"
+if ! why=$(python3 -c 'import mep.ep' 2>&1); then
+  echo "demo: python3 cannot import mep.ep (${why##*$'\n'}); running the C all-to-all example"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  pids=()
+  for ((r = 0; r < n; r++)); do
+    timeout 120 "$bin/alltoall" --rank "$r" --size "$n" --store "127.0.0.1:$port" \
+      --bytes 4194304 &
+    pids+=($!)
+  done
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  [ "$rc" = 0 ] && echo "demo: all $n ranks checked their data" || echo "demo: FAILED"
+  exit $rc
+fi
+
+echo "MoE layer: $n ranks on CPU over tcp, 2 experts each, top-2, BF16 then FP8 dispatch"
+# One thread per rank: the ranks share this machine's cores.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+run() {
+  if command -v torchrun >/dev/null 2>&1; then
+    timeout 300 torchrun --standalone --nproc-per-node "$n" examples/moe/moe.py --device cpu "$@"
+  else  # the example starts its ranks itself
+    python3 examples/moe/moe.py --nproc "$n" --device cpu "$@"
+  fi
+}
 rc=0
-for p in "${pids[@]}"; do wait "$p" || rc=1; done
-[ "$rc" = 0 ] && echo "demo: all $n ranks checked their data" || echo "demo: FAILED"
+run || rc=1
+run --fp8 || rc=1
+if [ "$rc" = 0 ]; then
+  echo "demo: every rank's output matched the dense reference, BF16 and FP8 dispatch"
+else
+  echo "demo: FAILED"
+fi
 exit $rc

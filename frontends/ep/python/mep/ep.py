@@ -1,0 +1,615 @@
+"""mep.ep: low-latency expert-parallel dispatch and combine, a drop-in for
+DeepEP's ``deep_ep.Buffer`` in its low-latency use.
+
+    from mep.ep import Buffer
+    buf = Buffer(group, 0, Buffer.get_low_latency_rdma_size_hint(T, H, R, E),
+                 low_latency_mode=True, num_qps_per_rank=E // R)
+    recv_x, recv_count, handle, event, hook = buf.low_latency_dispatch(
+        x, topk_idx, T, E, use_fp8=False)
+    # ... the local experts turn recv_x [L, R*T, H] into y of the same shape
+    out, event, hook = buf.low_latency_combine(y, topk_idx, topk_weights, handle)
+
+The methods, arguments, return values and tensor layouts are DeepEP's
+(frontends/ep/include/mep/ep.h lists the layouts). CPU tensors run the CPU
+path (the calling thread does the work, over any mep transport); CUDA
+tensors run the CUDA path on the current stream. docs/ep.md, "Python",
+says what differs from DeepEP.
+
+Setup works over any ProcessGroup (gloo, nccl, mep): rank 0 of the group
+starts mep's TCP store server and sends its address to the others over the
+group; then every rank makes a mep communicator of its own for the Buffer.
+The store server listens on 127.0.0.1 when every rank of the group runs on
+this host, else on every interface, and the others reach it at
+MEP_EP_STORE_HOST when set, else at the address of rank 0's interface
+toward MASTER_ADDR (torchrun sets it), else at rank 0's host name.
+"""
+import ctypes
+import itertools
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+from . import _ep_c as _c
+
+__all__ = ["Buffer", "EventOverlap"]
+
+_buffer_ids = itertools.count()
+# How long a rank waits for rank 0's store server to accept it.
+_STORE_CONNECT_MS = 60000
+
+
+class EventOverlap:
+    """DeepEP's EventOverlap: what a call with async_finish returns to order
+    later work after it. On CUDA it holds an event recorded on the stream
+    the call ran on; on CPU (the call has finished when it returns) and
+    without async_finish it holds none and waiting is a no-op. Usable as a
+    context manager (waits on exit)."""
+
+    def __init__(self, event=None, extra_tensors=None):
+        self.event = event
+        self.extra_tensors = extra_tensors  # kept alive with the event
+
+    def current_stream_wait(self):
+        """Makes the current CUDA stream wait for the call's work."""
+        if self.event is not None:
+            torch.cuda.current_stream().wait_event(self.event)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.current_stream_wait()
+        return False
+
+
+class _CudaMemory:
+    """Device memory torch.as_tensor can wrap (the CUDA array interface)."""
+
+    def __init__(self, ptr, shape, typestr, owner):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+            "strides": None, "version": 2}
+        self._owner = owner  # the Buffer lives as long as a view of its memory
+
+
+def _view(ptr, device, shape, dtype, owner):
+    """A tensor over memory of the C buffer (no copy, not owned by torch)."""
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    if device.type == "cuda":
+        mem = _CudaMemory(ptr, (nbytes,), "|u1", owner)
+        t = torch.as_tensor(mem, device=device)
+    else:
+        mem = (ctypes.c_byte * nbytes).from_address(ptr)
+        mem._owner = owner
+        t = torch.frombuffer(mem, dtype=torch.uint8)
+    return t.view(dtype).view(shape)
+
+
+def _check(t, name, dtype, shape, device=None, contiguous=True):
+    """TypeError for a non-tensor or a wrong dtype, ValueError for a wrong
+    shape (None: any size), device or layout."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, not {t.dtype}")
+    if t.dim() != len(shape) or any(w is not None and s != w
+                                    for s, w in zip(t.shape, shape)):
+        want = ", ".join("*" if w is None else str(w) for w in shape)
+        raise ValueError(f"{name} has shape {list(t.shape)}, expected [{want}]")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name} is on {t.device}, the call's tensors on {device}")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+
+
+def _positive_int(v, name):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+    if v <= 0:
+        raise ValueError(f"{name} must be positive, not {v}")
+    return v
+
+
+def _timeout(v, name="timeout_us"):
+    """None (the default) or a positive number of microseconds."""
+    if v is None:
+        return None
+    return _positive_int(v, name)
+
+
+def _store_addresses(group, rank, size):
+    """(address to bind, address the others connect to) on rank 0."""
+    hosts = [None] * size
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    env = os.environ.get("MEP_EP_STORE_HOST")
+    if rank != 0:
+        return None, None
+    if env:
+        return None, env
+    if all(h == hosts[0] for h in hosts):
+        return "127.0.0.1", "127.0.0.1"
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((master, 9))  # picks the route; sends nothing
+                addr = s.getsockname()[0]
+            if not addr.startswith("127."):
+                return None, addr
+        except OSError:
+            pass
+    return None, socket.getfqdn()
+
+
+class Buffer:
+    """The communication buffer of one group for low-latency dispatch and
+    combine. Collective: every rank of `group` creates it, in the same
+    order as its other Buffers.
+
+    DeepEP's arguments are accepted so existing code runs unchanged:
+    num_nvl_bytes, low_latency_mode, num_qps_per_rank,
+    allow_nvlink_for_low_latency_mode, allow_mnnvl and any other keyword
+    (**ignored_deepep_kwargs) mean nothing here (mep sizes its memory itself
+    and picks a transport per peer). num_rdma_bytes, when positive, must be
+    at least get_low_latency_rdma_size_hint(...) of the calls (ValueError,
+    as DeepEP's assertion). explicitly_destroy=True: the memory is released
+    by destroy() only (DeepEP's rule); else also when the Buffer is
+    garbage-collected.
+
+    Keywords of mep: timeout_us, the per-call deadline for each source
+    (None: the communicator's [core] timeout_ms); active_ranks, an int32
+    tensor [group size] on the device of the calls that every call reads
+    and updates (None: the Buffer's own, see the property).
+
+    The C buffer is made at the first low_latency_dispatch from its
+    num_max_dispatch_tokens_per_rank, hidden size, num_experts and device
+    (CPU or CUDA); later calls with other values raise ValueError.
+    """
+
+    num_sms = 20
+
+    def __init__(self, group, num_nvl_bytes=0, num_rdma_bytes=0,
+                 low_latency_mode=True, num_qps_per_rank=24,
+                 allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False,
+                 explicitly_destroy=False, *, timeout_us=None, active_ranks=None,
+                 **ignored_deepep_kwargs):
+        self._lib = None
+        self._buf = self._comm = self._store = self._server = None
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("mep.ep.Buffer: torch.distributed is not initialized "
+                               "(call init_process_group first)")
+        self.group = dist.group.WORLD if group is None else group
+        self.rank = dist.get_rank(self.group)
+        self.group_size = dist.get_world_size(self.group)
+        for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, not {v!r}")
+        self.num_nvl_bytes = num_nvl_bytes
+        self.num_rdma_bytes = num_rdma_bytes
+        self.low_latency_mode = low_latency_mode
+        self.explicitly_destroy = explicitly_destroy
+        self._timeout_us = _timeout(timeout_us)
+        self._user_active = None
+        if active_ranks is not None:
+            _check(active_ranks, "active_ranks", torch.int32, (self.group_size,))
+            self._user_active = active_ranks
+        self._params = None  # (tokens, hidden, experts, device) once made
+        self._lib = _c.libs()
+        self._connect()
+
+    # ------------------------------------------------------------- setup
+
+    def _connect(self):
+        """Rank 0 serves a mep store; every rank makes its communicator."""
+        lib, rank, size = self._lib, self.rank, self.group_size
+        bind, addr = _store_addresses(self.group, rank, size)
+        msg = [None]
+        if rank == 0:
+            srv = ctypes.c_void_p()
+            rc = lib.store_server_start(bind.encode() if bind else None, 0,
+                                        ctypes.byref(srv))
+            if rc < 0:
+                err = _c.MepError("starting the store server of mep.ep.Buffer", rc)
+                msg[0] = ("error", str(err))
+            else:
+                self._server = srv
+                msg[0] = ("ok", addr, lib.store_server_port(srv))
+        # The error travels too: the others fail as rank 0 does, not later.
+        dist.broadcast_object_list(msg, src=dist.get_global_rank(self.group, 0),
+                                   group=self.group)
+        if msg[0][0] != "ok":
+            self._release()
+            raise RuntimeError(f"mep.ep.Buffer: rank 0 of the group failed: {msg[0][1]}")
+        _, host, port = msg[0]
+        try:
+            store = ctypes.c_void_p()
+            _c.check(lib.store_tcp_connect(host.encode(), port, _STORE_CONNECT_MS,
+                                           ctypes.byref(store)),
+                     f"connecting to the store of mep.ep.Buffer at {host}:{port}")
+            self._store = store
+            self._name = f"ep{next(_buffer_ids)}".encode()
+            opts = _c.CommOpts(struct_size=ctypes.sizeof(_c.CommOpts), name=self._name)
+            comm = ctypes.c_void_p()
+            _c.check(lib.comm_create(store, rank, size, ctypes.byref(opts),
+                                     ctypes.byref(comm)),
+                     f"creating the communicator of mep.ep.Buffer (rank {rank} of {size})")
+            self._comm = comm
+        except BaseException:
+            self._release()
+            raise
+
+    def _ensure(self, tokens, hidden, experts, device):
+        """Makes the C buffer at the first call; checks later calls agree."""
+        want = (tokens, hidden, experts, device)
+        if self._lib is None or self._comm is None:
+            raise RuntimeError("mep.ep.Buffer was destroyed")
+        if self._params is not None:
+            if want != self._params:
+                t, h, e, d = self._params
+                raise ValueError(
+                    "mep.ep.Buffer was made for num_max_dispatch_tokens_per_rank "
+                    f"{t}, hidden {h}, num_experts {e} on {d} (at its first "
+                    f"dispatch); this call has {tokens}, {hidden}, {experts} on "
+                    f"{device}: use one Buffer per setting")
+            return
+        size = self.group_size
+        if experts % size:
+            raise ValueError(f"num_experts ({experts}) is not a multiple of the group "
+                             f"size ({size})")
+        if experts // size > _c.MAX_LOCAL_EXPERTS:
+            raise ValueError(f"{experts // size} experts per rank; at most "
+                             f"{_c.MAX_LOCAL_EXPERTS}")
+        hint = self._lib.ep_size_hint(tokens, hidden, size, experts)
+        if self.num_rdma_bytes > 0 and self.num_rdma_bytes < hint:
+            raise ValueError(
+                f"num_rdma_bytes ({self.num_rdma_bytes}) is smaller than the low-latency "
+                f"size hint ({hint}) for num_max_dispatch_tokens_per_rank {tokens}, "
+                f"hidden {hidden}, {size} ranks and {experts} experts: size the Buffer "
+                "with Buffer.get_low_latency_rdma_size_hint")
+        cfg = _c.Config(struct_size=ctypes.sizeof(_c.Config), max_tokens_per_rank=tokens,
+                        hidden=hidden, num_experts=experts,
+                        flags=_c.CUDA if device.type == "cuda" else _c.HOST, timeout_us=0)
+        buf = ctypes.c_void_p()
+        what = (f"creating the mep.ep buffer (rank {self.rank} of {size}, {tokens} tokens "
+                f"per rank, hidden {hidden}, {experts} experts, {device})")
+        if device.type == "cuda":
+            with torch.cuda.device(device):
+                _c.check(self._lib.ep_buffer_create(self._comm, ctypes.byref(cfg),
+                                                    ctypes.byref(buf)), what)
+        else:
+            _c.check(self._lib.ep_buffer_create(self._comm, ctypes.byref(cfg),
+                                                ctypes.byref(buf)), what)
+        self._buf = buf
+        self._params = want
+
+    def _live(self):
+        if self._buf is None:
+            raise RuntimeError("mep.ep.Buffer: no buffer (destroyed, or no "
+                               "low_latency_dispatch made it yet)")
+        return self._buf
+
+    def _active_arg(self, active_ranks, device):
+        """The pointer of the call's active ranks (None: the buffer's own)."""
+        t = self._user_active if active_ranks is None else active_ranks
+        if t is None:
+            return None, None
+        _check(t, "active_ranks", torch.int32, (self.group_size,), device)
+        return t.data_ptr(), t
+
+    def _call_timeout(self, timeout_us):
+        t = _timeout(timeout_us)
+        if t is None:
+            t = self._timeout_us
+        return t or 0
+
+    @staticmethod
+    def _stream(device):
+        if device.type != "cuda":
+            return None
+        return torch.cuda.current_stream(device).cuda_stream
+
+    @staticmethod
+    def _event(async_finish, device, tensors):
+        if async_finish and device.type == "cuda":
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(device))
+            return EventOverlap(ev, tensors)
+        return EventOverlap(None, tensors if async_finish else None)
+
+    # --------------------------------------------------------------- API
+
+    @staticmethod
+    def get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden,
+                                       num_ranks, num_experts):
+        """Bytes of communication memory per rank for these parameters (what
+        num_rdma_bytes should be at least)."""
+        n = _c.libs().ep_size_hint(int(num_max_dispatch_tokens_per_rank), int(hidden),
+                                   int(num_ranks), int(num_experts))
+        if n == 0:
+            raise ValueError(
+                "no low-latency buffer fits num_max_dispatch_tokens_per_rank "
+                f"{num_max_dispatch_tokens_per_rank}, hidden {hidden}, {num_ranks} ranks, "
+                f"{num_experts} experts (hidden must be a multiple of 128, the experts "
+                f"a multiple of the ranks, at most {_c.MAX_LOCAL_EXPERTS} per rank)")
+        return n
+
+    @staticmethod
+    def set_num_sms(new_num_sms):
+        """Accepted for DeepEP code; mep's kernels size themselves."""
+        Buffer.num_sms = new_num_sms
+
+    @staticmethod
+    def capture():
+        """An EventOverlap over the current CUDA stream's work so far."""
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream())
+        return EventOverlap(ev)
+
+    @property
+    def active_ranks(self):
+        """int32 [group size], 1 = active: the constructor's active_ranks, or
+        the buffer's own (on the device of the calls, a view of mep's memory,
+        valid while the Buffer lives). A source that misses a call's timeout
+        is cleared here and skipped from then on; writing 1 back re-admits it
+        at a later call. The buffer's own exists from the first dispatch on."""
+        if self._user_active is not None:
+            return self._user_active
+        buf = self._live()
+        ptr = self._lib.ep_active_ranks(buf)
+        return _view(ptr, self._params[3], (self.group_size,), torch.int32, self)
+
+    @property
+    def timeout_us(self):
+        """The per-call deadline for each source in microseconds (settable;
+        None restores the communicator's timeout)."""
+        if self._timeout_us is not None:
+            return self._timeout_us
+        if self._comm is None:
+            return None
+        return self._lib.comm_timeout_ms(self._comm) * 1000
+
+    @timeout_us.setter
+    def timeout_us(self, value):
+        self._timeout_us = _timeout(value)
+
+    def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank,
+                             num_experts, cumulative_local_expert_recv_stats=None,
+                             dispatch_wait_recv_cost_stats=None, use_fp8=True,
+                             round_scale=False, use_ue8m0=False, async_finish=False,
+                             return_recv_hook=False, *, active_ranks=None,
+                             timeout_us=None):
+        """Sends each token of x [N, H] bf16 to the ranks of its experts
+        (topk_idx [N, K] int64, -1 = none) and receives this rank's.
+
+        Returns (recv_x, recv_count, handle, event, hook) as DeepEP does:
+        recv_x is [L, R*T, H] bf16, or with use_fp8 a tuple (float8_e4m3fn
+        [L, R*T, H], scales) with float32 scales [L, R*T, H/128] (int32
+        [L, R*T, H/512] packed exponents with use_ue8m0), both transposed
+        views of [L, H/g, R*T]; recv_count int32 [L]; handle (src_info int32
+        [L, R*T], layout_range int64 [L, R], T, H, num_experts) for combine.
+        With return_recv_hook only the sends run now and hook() receives.
+        dispatch_wait_recv_cost_stats is accepted and left unchanged."""
+        _check(x, "x", torch.bfloat16, (None, None))
+        device = x.device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"x is on {device}; mep.ep takes CPU or CUDA tensors")
+        n, hidden = x.shape
+        _check(topk_idx, "topk_idx", torch.int64, (n, None), device)
+        k = topk_idx.shape[1]
+        if not 1 <= k <= _c.MAX_TOPK:
+            raise ValueError(f"topk_idx has {k} columns; 1 to {_c.MAX_TOPK} are supported")
+        tokens = _positive_int(num_max_dispatch_tokens_per_rank,
+                               "num_max_dispatch_tokens_per_rank")
+        experts = _positive_int(num_experts, "num_experts")
+        if hidden % 128 or hidden == 0:
+            raise ValueError(f"hidden size {hidden} is not a positive multiple of 128")
+        if n > tokens:
+            raise ValueError(f"x has {n} tokens, more than num_max_dispatch_tokens_per_rank "
+                             f"({tokens})")
+        if use_ue8m0 and not (use_fp8 and round_scale):
+            raise ValueError("use_ue8m0 needs use_fp8=True and round_scale=True")
+        if use_ue8m0 and hidden % 512:
+            raise ValueError(f"use_ue8m0 needs a hidden size multiple of 512, not {hidden}")
+        if round_scale and not use_fp8:
+            raise ValueError("round_scale needs use_fp8=True")
+        if device.type == "cpu" and n:
+            lo, hi = int(topk_idx.min()), int(topk_idx.max())
+            if lo < -1 or hi >= experts:
+                raise ValueError(f"topk_idx holds {lo if lo < -1 else hi}; experts are "
+                                 f"0 .. {experts - 1}, or -1 for none")
+        size = self.group_size
+        if experts % size:
+            raise ValueError(f"num_experts ({experts}) is not a multiple of the group "
+                             f"size ({size})")
+        local = experts // size
+        if cumulative_local_expert_recv_stats is not None:
+            _check(cumulative_local_expert_recv_stats, "cumulative_local_expert_recv_stats",
+                   torch.int32, (local,), device)
+        act_ptr, act = self._active_arg(active_ranks, device)
+        call_timeout = self._call_timeout(timeout_us)
+        self._ensure(tokens, hidden, experts, device)
+        slots = size * tokens
+        if use_fp8:
+            recv_x = torch.empty((local, slots, hidden), dtype=torch.float8_e4m3fn,
+                                 device=device)
+            if use_ue8m0:
+                scales = torch.empty((local, hidden // 512, slots), dtype=torch.int32,
+                                     device=device)
+            else:
+                scales = torch.empty((local, hidden // 128, slots), dtype=torch.float32,
+                                     device=device)
+        else:
+            recv_x = torch.empty((local, slots, hidden), dtype=torch.bfloat16, device=device)
+            scales = None
+        src_info = torch.empty((local, slots), dtype=torch.int32, device=device)
+        layout_range = torch.empty((local, size), dtype=torch.int64, device=device)
+        count = torch.empty((local,), dtype=torch.int32, device=device)
+        flags = ((_c.FP8 if use_fp8 else 0) | (_c.ROUND_SCALE if round_scale else 0)
+                 | (_c.UE8M0 if use_ue8m0 else 0))
+        args = _c.DispatchArgs(
+            struct_size=ctypes.sizeof(_c.DispatchArgs), x=x.data_ptr(),
+            topk_idx=topk_idx.data_ptr(), num_tokens=n, num_topk=k,
+            flags=flags | (_c.SEND if return_recv_hook else 0),
+            active_ranks=act_ptr, timeout_us=call_timeout,
+            recv_x=recv_x.data_ptr(), recv_scales=scales.data_ptr() if use_fp8 else None,
+            recv_src_info=src_info.data_ptr(), recv_layout_range=layout_range.data_ptr(),
+            recv_count=count.data_ptr(), stream=self._stream(device))
+        what = f"low_latency_dispatch of {n} tokens (rank {self.rank} of {size})"
+        buf = self._live()
+        _c.check(self._lib.ep_dispatch(buf, ctypes.byref(args)), what)
+        stats = cumulative_local_expert_recv_stats
+
+        keep = (x, topk_idx, act, recv_x, scales, src_info, layout_range, count)
+        hook = None
+        if return_recv_hook:
+            hook = self._recv_hook(self._lib.ep_dispatch, args, flags, device, what, keep,
+                                   lambda: stats.add_(count) if stats is not None else None)
+        elif stats is not None:
+            stats.add_(count)
+        handle = (src_info, layout_range, tokens, hidden, experts)
+        out_x = (recv_x, scales.transpose(1, 2)) if use_fp8 else recv_x
+        event = self._event(async_finish, device, keep)
+        return out_x, count, handle, event, hook
+
+    def _recv_hook(self, fn, args, flags, device, what, keep, after):
+        """The receive phase of a two-phase call, to be called once."""
+        done = []
+
+        def hook():
+            if done:
+                raise RuntimeError(f"mep.ep: the receive hook of {what} was already called")
+            done.append(keep)
+            args.flags = flags | _c.RECV
+            args.stream = self._stream(device)
+            _c.check(fn(self._live(), ctypes.byref(args)), what + ", receive hook")
+            after()
+        return hook
+
+    def _check_handle(self, handle):
+        if not isinstance(handle, (tuple, list)) or len(handle) != 5:
+            raise TypeError("handle must be the 5-tuple low_latency_dispatch returned")
+        src_info, layout_range, tokens, hidden, experts = handle
+        if self._params is None:
+            raise RuntimeError("mep.ep.Buffer: combine before any low_latency_dispatch")
+        t, h, e, device = self._params
+        if (tokens, hidden, experts) != (t, h, e):
+            raise ValueError(f"the handle is for {tokens} tokens per rank, hidden {hidden}, "
+                             f"{experts} experts; the Buffer was made for {t}, {h}, {e}")
+        local, size = e // self.group_size, self.group_size
+        _check(src_info, "handle's src_info", torch.int32, (local, size * t), device)
+        _check(layout_range, "handle's layout_range", torch.int64, (local, size), device)
+        return src_info, layout_range, t, h, e, device
+
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=False,
+                            zero_copy=False, async_finish=False, return_recv_hook=False,
+                            out=None, combine_wait_recv_cost_stats=None, *,
+                            active_ranks=None, timeout_us=None):
+        """Sends the local experts' outputs x [L, R*T, H] bf16 (rows as the
+        dispatch of `handle` delivered them) back and returns (combined_x,
+        event, hook): combined_x [N, H] bf16 (`out` when given) holds
+        sum_k topk_weights[t, k] * output of expert topk_idx[t, k].
+        zero_copy: the outputs were written into
+        get_next_low_latency_combine_buffer(handle) (x is not read).
+        use_logfmt is not supported (NotImplementedError);
+        combine_wait_recv_cost_stats is accepted and left unchanged."""
+        if use_logfmt:
+            raise NotImplementedError("mep.ep: use_logfmt (LogFMT-compressed combine) is "
+                                      "not supported; combine sends bf16")
+        src_info, layout_range, tokens, hidden, experts, device = self._check_handle(handle)
+        size = self.group_size
+        local = experts // size
+        _check(x, "x", torch.bfloat16, (local, size * tokens, hidden), device,
+               contiguous=not zero_copy)
+        _check(topk_idx, "topk_idx", torch.int64, (None, None), device)
+        n, k = topk_idx.shape
+        _check(topk_weights, "topk_weights", torch.float32, (n, k), device)
+        if not 1 <= k <= _c.MAX_TOPK:
+            raise ValueError(f"topk_idx has {k} columns; 1 to {_c.MAX_TOPK} are supported")
+        if n > tokens:
+            raise ValueError(f"topk_idx has {n} tokens, more than "
+                             f"num_max_dispatch_tokens_per_rank ({tokens})")
+        if out is None:
+            out = torch.empty((n, hidden), dtype=torch.bfloat16, device=device)
+        else:
+            _check(out, "out", torch.bfloat16, (n, hidden), device)
+        act_ptr, act = self._active_arg(active_ranks, device)
+        call_timeout = self._call_timeout(timeout_us)
+        buf = self._live()
+        xptr = self._lib.ep_combine_buffer(buf) if zero_copy else x.data_ptr()
+        flags = _c.ZERO_COPY if zero_copy else 0
+        args = _c.CombineArgs(
+            struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr, topk_idx=topk_idx.data_ptr(),
+            topk_weights=topk_weights.data_ptr(), src_info=src_info.data_ptr(),
+            layout_range=layout_range.data_ptr(), num_tokens=n, num_topk=k,
+            flags=flags | (_c.SEND if return_recv_hook else 0), active_ranks=act_ptr,
+            timeout_us=call_timeout, out=out.data_ptr(),
+            stream=self._stream(device))
+        what = f"low_latency_combine of {n} tokens (rank {self.rank} of {size})"
+        _c.check(self._lib.ep_combine(buf, ctypes.byref(args)), what)
+        keep = (x, topk_idx, topk_weights, src_info, layout_range, act, out)
+        hook = None
+        if return_recv_hook:
+            hook = self._recv_hook(self._lib.ep_combine, args, flags, device, what, keep,
+                                   lambda: None)
+        return out, self._event(async_finish, device, keep), hook
+
+    def get_next_low_latency_combine_buffer(self, handle):
+        """A bf16 view [L, R*T, H] of the memory a zero_copy combine sends
+        from: write the experts' outputs there, then call
+        low_latency_combine(..., zero_copy=True). Valid while the Buffer
+        lives."""
+        _, _, tokens, hidden, experts, device = self._check_handle(handle)
+        local = experts // self.group_size
+        ptr = self._lib.ep_combine_buffer(self._live())
+        return _view(ptr, device, (local, self.group_size * tokens, hidden),
+                     torch.bfloat16, self)
+
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank=None, hidden=None,
+                                 num_experts=None):
+        """A no-op: mep's signal words carry the call's sequence number, so a
+        buffer never needs cleaning between calls (accepted for DeepEP code)."""
+
+    def destroy(self):
+        """Releases the buffer, the communicator and the store. Collective
+        (every rank calls it; a barrier bounded by the communicator's
+        timeout lets the others finish their receives first); CUDA work
+        queued on the buffer is waited for."""
+        if self._comm is not None and self._params is not None \
+                and self._params[3].type == "cuda":
+            torch.cuda.synchronize(self._params[3])
+        if self._comm is not None:
+            self._lib.barrier(self._comm, None)  # a failure only ends the wait
+        self._release()
+
+    def _release(self):
+        """Frees everything this process holds; not collective."""
+        lib = self._lib
+        if lib is None:
+            return
+        if self._buf is not None:
+            lib.ep_buffer_destroy(self._buf)
+            self._buf = None
+        if self._comm is not None:
+            lib.comm_destroy(self._comm)
+            self._comm = None
+        if self._store is not None:
+            lib.store_destroy(self._store)
+            self._store = None
+        if self._server is not None:
+            lib.store_server_stop(self._server)
+            self._server = None
+
+    def __del__(self):
+        if getattr(self, "explicitly_destroy", True) or getattr(self, "_lib", None) is None:
+            return
+        try:
+            if self._buf is not None and self._params[3].type == "cuda":
+                torch.cuda.synchronize(self._params[3])
+            self._release()
+        except Exception:  # interpreter teardown: nothing left to report to
+            pass
