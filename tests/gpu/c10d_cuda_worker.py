@@ -77,7 +77,9 @@ def expect_reduce(inputs, op, dtype):
 
 
 def same(got, want, tol, what):
-    got = got.cpu()
+    # results and the NCCL reference may sit on the GPU: compare on the host
+    got, want = got.cpu(), want.cpu()
+    tol = None if tol is None else tol.cpu()
     if tol is None:
         if not torch.equal(got, want.to(got.dtype)):
             bad = (got != want.to(got.dtype)).nonzero()[:3].flatten().tolist()
@@ -159,7 +161,8 @@ def scenario_allreduce(ctx):
 
 def scenario_move(ctx):
     """all_gather (list and into tensor), reduce_scatter (list and tensor),
-    all_to_all_single with equal splits, broadcast from every root."""
+    all_to_all_single with equal splits, broadcast from every root; the
+    other collectives are in scenario_rooted and scenario_uneven."""
     n = ctx.world
     for dtype in DTYPES:
         for size in SIZES:
@@ -218,17 +221,267 @@ def scenario_move(ctx):
                     same(out, want, tol, "reduce_scatter")
                 ctx.check(f"reduce_scatter/{tag}/{op}", rs_list)
 
-    def uneven():
-        x = torch.zeros(n + 1, device=ctx.dev)
-        splits = [2] + [1] * (n - 1)
+    def p2p_refused():
+        x = torch.zeros(3, device=ctx.dev)
         try:
-            dist.all_to_all_single(x, x.clone(), splits, splits)
-        except Exception as e:
+            dist.send(x, (ctx.rank + 1) % n)
+        except TypeError as e:
             if "not supported on CUDA tensors yet" not in str(e):
                 raise
             return
-        raise AssertionError("uneven splits on CUDA tensors did not raise")
-    ctx.check("all_to_all_single with uneven splits refuses", uneven)
+        raise AssertionError("send of a CUDA tensor did not raise TypeError")
+    ctx.check("send on CUDA tensors refuses", p2p_refused)
+
+
+def ref_op(ctx, name, fn, *tensors):
+    """fn(*copies) on the reference group with copies of the tensors (CPU
+    copies for gloo); returns the copies, or None when the reference lacks
+    the operation for this dtype (the same on every rank, so all skip).
+    None entries pass through."""
+    def cp(t):
+        if t is None:
+            return None
+        if isinstance(t, list):
+            return [cp(x) for x in t]
+        return t.detach().cpu().clone() if ctx.ref_cpu else t.detach().clone()
+    copies = [cp(t) for t in tensors]
+    try:
+        fn(*copies)
+    except (RuntimeError, ValueError, TypeError) as e:
+        note = f"reference {name}: {str(e).splitlines()[0]}"
+        if note not in ctx.notes:
+            ctx.notes.append(note)
+        return None
+    return copies
+
+
+def ref_reduces(ctx, dtype, op):
+    """Whether the reference backend can reduce dtype with op."""
+    if ctx.ref_cpu:
+        return dtype not in (torch.float16, torch.bfloat16, torch.bool) and op != R.AVG
+    return dtype != torch.bool and not (op == R.AVG and dtype not in FLOATS)
+
+
+ROOTED_SIZES = [0, 1, 7, 65537]
+MOVE_DTYPES = DTYPES + [torch.float64]
+
+
+def scenario_rooted(ctx):
+    """reduce, gather and scatter against the local expectation and the
+    reference backend, roots 0 and last. Every rank makes the same calls
+    on both groups before it checks anything, so a failed check cannot
+    leave a peer waiting."""
+    n = ctx.world
+    roots = sorted({0, n - 1})
+    for dtype in DTYPES:
+        for size in ROOTED_SIZES:
+            for op in ops_for(dtype):
+                for root in roots:
+                    case = f"red/{dtype}/{size}/{op}/{root}"
+
+                    def run():
+                        kind = "prod" if op == R.PRODUCT else "any"
+                        ins = [gen(case, r, size, dtype, kind) for r in range(n)]
+                        x = ins[ctx.rank].to(ctx.dev, copy=True)
+                        dist.reduce(x, dst=root, op=op)
+                        ref = None
+                        if size and ref_reduces(ctx, dtype, op):
+                            ref = ref_op(ctx, "reduce", lambda y: dist.reduce(
+                                y, dst=root, op=op, group=ctx.ref),
+                                ins[ctx.rank].to(ctx.dev))
+                        if ctx.rank != root:
+                            same(x, ins[ctx.rank], None, "a non-root's tensor changed")
+                            return
+                        want, tol = expect_reduce(ins, op, dtype)
+                        same(x, want, tol, "vs the local reduction")
+                        if ref is not None:
+                            same(x, ref[0], None if tol is None else 2 * tol,
+                                 "vs the reference backend")
+                    ctx.check(case, run)
+    big = (1 << 20) + 3
+    for root in roots:
+        def run_big():
+            ins = [gen(f"red-big/{root}", r, big, torch.float32) for r in range(n)]
+            x = ins[ctx.rank].to(ctx.dev, copy=True)
+            dist.reduce(x, dst=root, op=R.SUM)
+            if ctx.rank == root:
+                want, tol = expect_reduce(ins, R.SUM, torch.float32)
+                same(x, want, tol, "large sum")
+        ctx.check(f"reduce of {big} float32, root {root}", run_big)
+
+    for dtype in MOVE_DTYPES:
+        sizes = ROOTED_SIZES + ([(1 << 20) + 3] if dtype == torch.float32 else [])
+        for size in sizes:
+            for root in roots:
+                tag = f"{dtype}/{size}/{root}"
+
+                def gather():
+                    ins = [gen("ga/" + tag, r, size, dtype) for r in range(n)]
+                    mine = ins[ctx.rank].to(ctx.dev)
+                    outs = ([torch.empty_like(mine) for _ in range(n)]
+                            if ctx.rank == root else None)
+                    dist.gather(mine, outs, dst=root)
+                    ref = None
+                    if size:
+                        ref = ref_op(ctx, "gather", lambda i, o: dist.gather(
+                            i, o, dst=root, group=ctx.ref), mine, outs)
+                    if ctx.rank != root:
+                        return
+                    for r in range(n):
+                        same(outs[r], ins[r], None, f"block {r}")
+                        if ref is not None:
+                            same(outs[r], ref[1][r], None, f"block {r} vs the reference")
+                ctx.check("gather/" + tag, gather)
+
+                def scatter():
+                    blocks = [gen("sc/" + tag, r, size, dtype) for r in range(n)]
+                    lst = ([b.to(ctx.dev) for b in blocks]
+                           if ctx.rank == root else None)
+                    out = torch.full((size,), 7, dtype=dtype, device=ctx.dev)
+                    dist.scatter(out, lst, src=root)
+                    ref = None
+                    if size:
+                        ref = ref_op(ctx, "scatter", lambda o, l: dist.scatter(
+                            o, l, src=root, group=ctx.ref), out, lst)
+                    same(out, blocks[ctx.rank], None, "own block")
+                    if ref is not None:
+                        same(out, ref[0], None, "vs the reference")
+                ctx.check("scatter/" + tag, scatter)
+
+    def strided():  # gather list and scatter output with gaps
+        root = n - 1
+        ins = [gen("ga-strided", r, 2 * 501, torch.float32) for r in range(n)]
+        mine = ins[ctx.rank].to(ctx.dev).view(501, 2).t()
+        outs = ([torch.zeros(501, 2, device=ctx.dev).t() for _ in range(n)]
+                if ctx.rank == root else None)
+        dist.gather(mine, outs, dst=root)
+        out = torch.zeros(501, 2, device=ctx.dev).t()
+        lst = ([x.to(ctx.dev).view(501, 2).t() for x in ins]
+               if ctx.rank == root else None)
+        dist.scatter(out, lst, src=root)
+        same(out, ins[ctx.rank].view(501, 2).t(), None, "scatter")
+        if ctx.rank == root:
+            for r in range(n):
+                same(outs[r], ins[r].view(501, 2).t(), None, f"gather block {r}")
+    ctx.check("gather and scatter of strided tensors", strided)
+
+
+def split_matrix(case, n, most, zeros=True):
+    """S[p][q]: what rank p sends to rank q, in [0, most], the same on every
+    rank; with `zeros` the first and last ranks send themselves nothing."""
+    g = torch.Generator().manual_seed(zlib.crc32(case.encode()))
+    s = torch.randint(0, most + 1, (n, n), generator=g).tolist()
+    if zeros:
+        s[0][0] = 0
+        s[n - 1][n - 1] = 0
+    return s
+
+
+def scenario_uneven(ctx):
+    """all_to_all (lists) and all_to_all_single with split sizes: random
+    uneven splits with empty pieces, a skewed one, equal ones given
+    explicitly, rows of several elements, strided and 0-element rows; and
+    ranks that disagree on a size."""
+    n, me = ctx.world, ctx.rank
+    layouts = [("rand", 9, True), ("big", 40000, True), ("one", 1, False)]
+    for dtype in MOVE_DTYPES:
+        for lname, most, zeros in layouts:
+            case = f"a2a/{dtype}/{lname}"
+            s = split_matrix(case, n, most, zeros)
+            if lname == "big":  # skewed: one piece far larger than the rest
+                s[0][n - 1] = 3 * most + 1
+
+            def single(row=3):
+                pieces = [[gen(f"{case}/{p}/{q}", 0, s[p][q] * row, dtype)
+                           .view(s[p][q], row) for q in range(n)] for p in range(n)]
+                x = torch.cat(pieces[me]).to(ctx.dev)
+                in_sp = s[me]
+                out_sp = [s[q][me] for q in range(n)]
+                out = torch.full((sum(out_sp), row), 3, dtype=dtype, device=ctx.dev)
+                dist.all_to_all_single(out, x, out_sp, in_sp)
+                ref = ref_op(ctx, "all_to_all_single", lambda o, i:
+                             dist.all_to_all_single(o, i, out_sp, in_sp, group=ctx.ref),
+                             out, x)
+                want = torch.cat([pieces[q][me] for q in range(n)])
+                same(out, want, None, "vs the pieces")
+                if ref is not None:
+                    same(out, ref[0], None, "vs the reference")
+            ctx.check(f"all_to_all_single/{case}", single)
+
+            def lists():
+                pieces = [[gen(f"{case}/l/{p}/{q}", 0, s[p][q], dtype)
+                           for q in range(n)] for p in range(n)]
+                ins = [t.to(ctx.dev) for t in pieces[me]]
+                outs = [torch.full((s[q][me],), 5, dtype=dtype, device=ctx.dev)
+                        for q in range(n)]
+                dist.all_to_all(outs, ins)
+                ref = None
+                if not ctx.ref_cpu:  # gloo may refuse empty pieces on one rank only
+                    ref = ref_op(ctx, "all_to_all", lambda o, i:
+                                 dist.all_to_all(o, i, group=ctx.ref), outs, ins)
+                for q in range(n):
+                    same(outs[q], pieces[q][me], None, f"piece from rank {q}")
+                    if ref is not None:
+                        same(outs[q], ref[0][q], None, f"piece from {q} vs the reference")
+            ctx.check(f"all_to_all/{case}", lists)
+
+    def equal_given():  # explicit equal splits: no packing, same result
+        k, row = 5, 2
+        full = [gen("a2a-eq", r, n * k * row, torch.float32).view(n * k, row)
+                for r in range(n)]
+        out = torch.empty(n * k, row, device=ctx.dev)
+        dist.all_to_all_single(out, full[me].to(ctx.dev), [k] * n, [k] * n)
+        want = torch.cat([full[q][me * k:(me + 1) * k] for q in range(n)])
+        same(out, want, None, "equal splits given")
+    ctx.check("all_to_all_single with equal splits given", equal_given)
+
+    def strided_rows():  # a non-contiguous input and output
+        s = split_matrix("a2a-strided", n, 6)
+        cols = 4
+        full = [gen(f"a2a-st/{p}", 0, sum(s[p]) * cols, torch.float32)
+                .view(cols, sum(s[p])) for p in range(n)]
+        x = full[me].to(ctx.dev).t()  # rows of `cols` with a stride
+        out_sp = [s[q][me] for q in range(n)]
+        out = torch.zeros(cols, sum(out_sp), device=ctx.dev).t()
+        dist.all_to_all_single(out, x, out_sp, s[me])
+        offs = [sum(s[q][:me]) for q in range(n)]
+        want = torch.cat([full[q].t()[offs[q]:offs[q] + s[q][me]] for q in range(n)])
+        same(out, want, None, "strided")
+    ctx.check("all_to_all_single, strided tensors, uneven", strided_rows)
+
+    def empty_rows():  # rows of 0 elements: nothing moves, nothing breaks
+        s = split_matrix("a2a-empty", n, 4)
+        x = torch.empty(sum(s[me]), 0, device=ctx.dev)
+        out = torch.empty(sum(s[q][me] for q in range(n)), 0, device=ctx.dev)
+        dist.all_to_all_single(out, x, [s[q][me] for q in range(n)], s[me])
+    ctx.check("all_to_all_single of 0-element rows", empty_rows)
+
+    def disagree():
+        # Rank 0 expects one row more from rank 1 than rank 1 sends (and
+        # one row fewer from itself, so its output size holds); it raises,
+        # the others do not, and the group stays in step.
+        s = [[v + 1 for v in row]
+             for row in split_matrix("a2a-bad", n, 3, zeros=False)]
+        x = torch.ones(sum(s[me]), device=ctx.dev)
+        out_sp = [s[q][me] for q in range(n)]
+        if me == 0:
+            out_sp[0] -= 1
+            out_sp[1] += 1
+        out = torch.empty(sum(out_sp), device=ctx.dev)
+        err = None
+        try:
+            dist.all_to_all_single(out, x, out_sp, s[me])
+        except Exception as e:  # noqa: BLE001  checked below
+            err = e
+        y = torch.full((3,), float(me + 1), device=ctx.dev)
+        dist.all_reduce(y)  # in step: the same collective on every rank
+        same(y, torch.full((3,), float(n * (n + 1) // 2)), None, "the next all_reduce")
+        if me == 0:
+            if err is None or "which expects" not in str(err):
+                raise AssertionError(f"rank 0 expected a disagreement error, got {err!r}")
+        elif err is not None:
+            raise err
+    ctx.check("all_to_all_single whose ranks disagree on a size", disagree)
 
 
 def scenario_graph(ctx):
@@ -324,6 +577,7 @@ def scenario_kill(ctx):
 
 
 SCENARIOS = {"allreduce": scenario_allreduce, "move": scenario_move,
+             "rooted": scenario_rooted, "uneven": scenario_uneven,
              "graph": scenario_graph, "async": scenario_async,
              "kill": scenario_kill}
 

@@ -19,7 +19,8 @@ import time
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (scenario, deadline in seconds)
-SCENARIOS = [("allreduce", 420), ("move", 420), ("graph", 120),
+SCENARIOS = [("allreduce", 420), ("move", 420), ("rooted", 420),
+             ("uneven", 240), ("graph", 120),
              ("async", 120), ("kill", 90)]
 
 

@@ -153,8 +153,14 @@ class MepBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> cuda_allreduce(
       std::vector<at::Tensor> &tensors, const c10d::ReduceOp &rop,
       const char *op, c10d::OpType type);
+  c10::intrusive_ptr<c10d::Work> cuda_reduce(
+      std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts);
+  // all_gather into the list outs, and gather (outs empty off the root).
   c10::intrusive_ptr<c10d::Work> cuda_allgather(
+      const char *op, c10d::OpType type, const char *title,
       std::vector<at::Tensor> &outs, at::Tensor &in);
+  c10::intrusive_ptr<c10d::Work> cuda_scatter(
+      at::Tensor &out, std::vector<at::Tensor> &ins, int root);
   c10::intrusive_ptr<c10d::Work> cuda_gather_into(
       const char *op, c10d::OpType type, std::vector<at::Tensor> &outputs,
       std::vector<at::Tensor> &inputs);
@@ -168,6 +174,13 @@ class MepBackend : public c10d::Backend {
       at::Tensor &output, at::Tensor &input,
       const std::vector<int64_t> &out_splits,
       const std::vector<int64_t> &in_splits);
+  c10::intrusive_ptr<c10d::Work> cuda_alltoall_list(
+      std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs);
+  // The all-to-all of pieces of any size (ops_cuda.cpp says how).
+  struct Pieces;
+  // Returns how the ranks disagree on the sizes, or "".
+  std::string cuda_alltoall_pieces(CudaWork &w, CudaCall &cc,
+                                   const Pieces &pc);
 #endif
 
   // The group's size, which grows with extend_group_size_to (older torch

@@ -31,46 +31,18 @@ std::function<int(mep_comm_t *, mep_req_t **)> alltoallv_call(
   };
 }
 
-// Rows of dim 0 per rank: the splits given, or an even share.
+// Rows of dim 0 per rank (split_rows), in the core's elements.
 Layout rows_layout(const char *op, const char *side, const at::Tensor &t,
                    const std::vector<int64_t> &splits, int size,
                    size_t row_elems) {
-  int64_t rows = t.dim() ? t.size(0) : 1;
-  std::vector<int64_t> s = splits;
-  if (s.empty()) {
-    if (rows % size)
-      throw_value(std::string(op) + ": the " + side + " tensor has " +
-                  std::to_string(rows) + " rows, not divisible by " +
-                  std::to_string(size) + " ranks; pass split sizes");
-    s.assign(static_cast<size_t>(size), rows / size);
-  }
-  check_count(op, side, s.size(), static_cast<size_t>(size));
-  int64_t sum = 0;
-  for (int64_t v : s) {
-    if (v < 0)
-      throw_value(std::string(op) + ": negative " + side + " split size " +
-                  std::to_string(v));
-    sum += v;
-  }
-  if (sum != rows)
-    throw_value(std::string(op) + ": the " + side + " split sizes add up to " +
-                std::to_string(sum) + " rows, the tensor has " +
-                std::to_string(rows));
   Layout l;
   size_t off = 0;
-  for (int64_t v : s) {
+  for (int64_t v : split_rows(op, side, t, splits, size)) {
     l.counts.push_back(static_cast<size_t>(v) * row_elems);
     l.displs.push_back(off);
     off += static_cast<size_t>(v) * row_elems;
   }
   return l;
-}
-
-// Elements of one row of dim 0 (the whole tensor for a 0-dim one).
-int64_t row_numel(const at::Tensor &t) {
-  int64_t n = 1;
-  for (int64_t d = 1; d < t.dim(); d++) n *= t.size(d);
-  return n;
 }
 
 }  // namespace
@@ -131,7 +103,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
     std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
     const c10d::AllToAllOptions &) {
   const char *op = "all_to_all";
-  require_host(op, mem_path(op, concat(inputs, outputs)));
+  MemPath path = mem_path(op, concat(inputs, outputs));
   check_count(op, "the input list", inputs.size(), static_cast<size_t>(group_size_));
   check_count(op, "the output list", outputs.size(),
               static_cast<size_t>(group_size_));
@@ -141,6 +113,10 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
       throw_value(std::string(op) + ": tensors of dtypes " +
                   dtype_name(like.scalar_type()) + " and " +
                   dtype_name(t.scalar_type()) + " in one call");
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_alltoall_list(outputs, inputs);
+#endif
+  require_host(op, path);
   Elems el = move_elems(like);
   auto sl = std::make_shared<Layout>();
   auto rl = std::make_shared<Layout>();

@@ -4,6 +4,14 @@
 // are enqueued right after the call, so they follow it on the stream; the
 // blocks of ranks a degraded operation dropped are copied too (the host
 // cannot know them when it enqueues).
+//
+// The core's CUDA calls are all-reduce, all-gather, reduce-scatter,
+// all-to-all with equal blocks and broadcast; the other collectives are
+// composed of them (each function says which and why). Every rank makes
+// the same core calls in the same order whatever its role, so the group
+// stays in step.
+#include <algorithm>
+
 #include "backend.hpp"
 #include "errors.hpp"
 #include "ops_util.hpp"
@@ -100,14 +108,45 @@ c10::intrusive_ptr<c10d::Work> MepBackend::cuda_allreduce(
   });
 }
 
+// reduce: the core has no rooted reduction on CUDA memory, so an
+// all-reduce, in place on the root and into scratch elsewhere (the
+// non-roots' tensors stay as they were, as with NCCL). It moves what a
+// reduce-scatter plus all-gather moves, about twice a tree reduce's bytes,
+// in one call.
+c10::intrusive_ptr<c10d::Work> MepBackend::cuda_reduce(
+    std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) {
+  const char *op = "reduce";
+  at::Tensor t = tensors[0];
+  Elems el = reduce_elems(op, t, opts.reduceOp);
+  mep_op_t mop = reduce_op(op, opts.reduceOp, t.scalar_type());
+  const bool root = rank_ == static_cast<int>(opts.rootRank);
+  CudaCall cc(op, tensors);
+  auto w = make_cuda_work(cc, OpType::REDUCE, "mep:reduce", what(op, t),
+                          tensors, tensors);
+  return issue(w, [&](MepWork &) {
+    if (el.count) {
+      at::Tensor src = root ? cc.inout(t) : cc.in(t);
+      at::Tensor dst = root ? src : cc.temp(t.numel(), t.scalar_type());
+      submit_cuda(*w, cc, false, [&](mep_comm_t *c, mep_req_t **r) {
+        return mep_allreduce_cuda(c, cuda_ptr(src), cuda_ptr(dst), el.count,
+                                  el.dtype, mop, cc.raw_stream(), r);
+      });
+    }
+    cc.finish(*w);
+  });
+}
+
+// all_gather into a list, and gather: the core has no rooted gather on
+// CUDA memory, and an all-to-all cannot send to the root alone (its blocks
+// are equal), so every rank all-gathers into scratch and only the root
+// (whose `outs` is the gather list; empty elsewhere) copies it out.
 c10::intrusive_ptr<c10d::Work> MepBackend::cuda_allgather(
+    const char *op, OpType type, const char *title,
     std::vector<at::Tensor> &outs, at::Tensor &in) {
-  const char *op = "all_gather";
   Elems el = move_elems(in);
   const int64_t n = in.numel();
   CudaCall cc(op, concat({in}, outs));
-  auto w = make_cuda_work(cc, OpType::ALLGATHER, "mep:all_gather",
-                          what(op, in), {in}, outs);
+  auto w = make_cuda_work(cc, type, title, what(op, in), {in}, outs);
   return issue(w, [&](MepWork &) {
     if (el.count) {
       at::Tensor src = cc.in(in);
@@ -118,6 +157,38 @@ c10::intrusive_ptr<c10d::Work> MepBackend::cuda_allgather(
       });
       for (size_t r = 0; r < outs.size(); r++)
         cc.copy_after(outs[r], flat.narrow(0, static_cast<int64_t>(r) * n, n));
+    }
+    cc.finish(*w);
+  });
+}
+
+// scatter: an all-to-all of blocks of the output's size, in which the
+// root sends block r of its list to rank r and the others send zeros;
+// each rank keeps the block from the root. A broadcast of the whole list
+// would move the same bytes into every rank but all of them out of the
+// root's link (size - 1 times the list); the all-to-all takes one block
+// out of each rank's link, the root's included.
+c10::intrusive_ptr<c10d::Work> MepBackend::cuda_scatter(
+    at::Tensor &out, std::vector<at::Tensor> &ins, int root) {
+  const char *op = "scatter";
+  Elems el = move_elems(out);
+  const int64_t n = out.numel();
+  CudaCall cc(op, concat({out}, ins));
+  auto w = make_cuda_work(cc, OpType::SCATTER, "mep:scatter", what(op, out),
+                          ins, {out});
+  return issue(w, [&](MepWork &) {
+    if (el.count) {
+      at::Tensor send = cc.temp(group_size_ * n, out.scalar_type());
+      if (rank_ == root)
+        flatten_into(send, ins);
+      else
+        send.zero_();  // sent and dropped: no stale memory leaves the rank
+      at::Tensor recv = cc.temp(group_size_ * n, out.scalar_type());
+      submit_cuda(*w, cc, true, [&](mep_comm_t *c, mep_req_t **r) {
+        return mep_alltoall_cuda(c, cuda_ptr(send), cuda_ptr(recv), el.count,
+                                 el.dtype, cc.raw_stream(), r);
+      });
+      cc.copy_after(out, recv.narrow(0, static_cast<int64_t>(root) * n, n));
     }
     cc.finish(*w);
   });
@@ -226,51 +297,186 @@ c10::intrusive_ptr<c10d::Work> MepBackend::cuda_reduce_scatter_from(
   });
 }
 
-namespace {
+// An all-to-all whose pieces differ in size: sends[p] (send_units[p]
+// units of unit_numel elements) goes to rank p, recvs[q] (recv_units[q]
+// units) comes from rank q. The core's all-to-all takes equal blocks, so
+// every piece travels in a block of the largest piece of the whole group.
+struct MepBackend::Pieces {
+  const char *unit;       // "rows", "elements"
+  const char *recv_name;  // the torch argument that sized recvs
+  int64_t unit_numel;
+  at::ScalarType st;
+  std::vector<at::Tensor> sends, recvs;  // views of the user's tensors
+  std::vector<int64_t> send_units, recv_units;
+  // The tensors the pieces are consecutive parts of (all_to_all_single),
+  // or undefined (lists); when every piece fills its block they are the
+  // core's buffers themselves, without packing.
+  at::Tensor whole_in, whole_out;
+};
 
-// Whether `splits` (rows per rank, or empty) is the even share of `rows`.
-bool even_splits(const std::vector<int64_t> &splits, int64_t rows, int size) {
-  if (splits.empty()) return true;
-  if (splits.size() != static_cast<size_t>(size) || rows % size) return false;
-  for (int64_t s : splits)
-    if (s != rows / size) return false;
-  return true;
+// The split sizes are host data, so the ranks agree on the block with one
+// host all-to-all of two int64 per pair (what p sends to q, and p's
+// largest piece): every rank learns every rank's largest piece, and what
+// each peer sends it, which it checks against what it expects. A rank
+// that finds a disagreement still runs the collective (the others cannot
+// know and would wait for it) and returns the disagreement, which the
+// caller raises once the operation is enqueued.
+std::string MepBackend::cuda_alltoall_pieces(CudaWork &w, CudaCall &cc,
+                                             const Pieces &pc) {
+  const size_t size = static_cast<size_t>(group_size_);
+  int64_t mine = 0;
+  for (size_t p = 0; p < size; p++)
+    mine = std::max({mine, pc.send_units[p], pc.recv_units[p]});
+  // A dropped rank's pair is left as it was: what we expect, and no
+  // larger piece, so the survivors agree among themselves.
+  std::vector<int64_t> out(2 * size), in(2 * size);
+  for (size_t p = 0; p < size; p++) {
+    out[2 * p] = pc.send_units[p];
+    out[2 * p + 1] = mine;
+    in[2 * p] = pc.recv_units[p];
+    in[2 * p + 1] = 0;
+  }
+  submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+    return mep_alltoall(c, out.data(), in.data(), 2, MEP_INT64, r);
+  }, false);  // blocking: a few bytes, and the sizes are needed now
+  int64_t pad = mine;
+  std::string bad;
+  for (size_t q = 0; q < size; q++) {
+    pad = std::max(pad, in[2 * q + 1]);
+    if (bad.empty() && in[2 * q] != pc.recv_units[q])
+      bad = "rank " + std::to_string(q) + " sends " +
+            std::to_string(in[2 * q]) + " " + pc.unit + " to rank " +
+            std::to_string(rank_) + ", which expects " +
+            std::to_string(pc.recv_units[q]) + " (" + pc.recv_name + "[" +
+            std::to_string(q) + "]); the operation ran, rank " +
+            std::to_string(rank_) + "'s output is not valid";
+  }
+  const int64_t block = pad * pc.unit_numel;  // elements per rank
+  if (block == 0) return bad;  // nothing anywhere: the same on every rank
+  auto fills = [pad](const std::vector<int64_t> &units) {
+    for (int64_t u : units)
+      if (u != pad) return false;
+    return true;
+  };
+  at::Tensor src, dst;
+  if (pc.whole_in.defined() && fills(pc.send_units)) {
+    src = cc.in(pc.whole_in);
+  } else {
+    // Packing copies run on the current stream, which is the operation's.
+    src = cc.temp(static_cast<int64_t>(size) * block, pc.st);
+    for (size_t p = 0; p < size; p++) {
+      at::Tensor slot = src.narrow(0, static_cast<int64_t>(p) * block, block);
+      const int64_t used = pc.send_units[p] * pc.unit_numel;
+      if (used)
+        slot.narrow(0, 0, used).view(pc.sends[p].sizes()).copy_(pc.sends[p]);
+      if (used < block)  // sent and dropped: no stale memory leaves the rank
+        slot.narrow(0, used, block - used).zero_();
+    }
+  }
+  const bool direct_out = pc.whole_out.defined() && fills(pc.recv_units);
+  dst = direct_out ? cc.out(pc.whole_out)
+                   : cc.temp(static_cast<int64_t>(size) * block, pc.st);
+  Elems el = move_elems(src);
+  submit_cuda(w, cc, true, [&](mep_comm_t *c, mep_req_t **r) {
+    return mep_alltoall_cuda(c, cuda_ptr(src), cuda_ptr(dst), el.count / size,
+                             el.dtype, cc.raw_stream(), r);
+  });
+  if (!direct_out)
+    for (size_t q = 0; q < size; q++) {
+      const int64_t used = pc.recv_units[q] * pc.unit_numel;
+      if (used)
+        cc.copy_after(pc.recvs[q],
+                      dst.narrow(0, static_cast<int64_t>(q) * block, used));
+    }
+  return bad;
 }
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Work> MepBackend::cuda_alltoall(
     at::Tensor &output, at::Tensor &input,
     const std::vector<int64_t> &out_splits,
     const std::vector<int64_t> &in_splits) {
   const char *op = "all_to_all_single";
-  const int64_t in_rows = input.dim() ? input.size(0) : 1;
-  const int64_t out_rows = output.dim() ? output.size(0) : 1;
-  if (!even_splits(in_splits, in_rows, group_size_) ||
-      !even_splits(out_splits, out_rows, group_size_))
-    throw_value(std::string(op) +
-                ": uneven split sizes are not supported on CUDA tensors yet "
-                "(equal splits are; or move the tensors to the CPU)");
-  if (input.numel() != output.numel() || input.numel() % group_size_)
-    throw_value(std::string(op) + ": the input has " + describe(input) +
-                " and the output " + describe(output) +
-                "; equal splits need the same number, divisible by " +
-                std::to_string(group_size_));
-  Elems el = move_elems(input);
+  if (out_splits.empty() && in_splits.empty()) {
+    // Equal blocks on every rank (split sizes are given on all ranks or on
+    // none): the core's call as it is, without agreeing on sizes first.
+    if (input.numel() != output.numel() || input.numel() % group_size_)
+      throw_value(std::string(op) + ": the input has " + describe(input) +
+                  " and the output " + describe(output) +
+                  "; without split sizes both need the same number, "
+                  "divisible by " + std::to_string(group_size_));
+    Elems el = move_elems(input);
+    CudaCall cc(op, {input, output});
+    auto w = make_cuda_work(cc, OpType::ALLTOALL_BASE,
+                            "mep:all_to_all_single", what(op, input), {input},
+                            {output});
+    return issue(w, [&](MepWork &) {
+      if (el.count) {
+        at::Tensor src = cc.in(input);
+        at::Tensor dst = cc.out(output);
+        submit_cuda(*w, cc, true, [&](mep_comm_t *c, mep_req_t **r) {
+          return mep_alltoall_cuda(c, cuda_ptr(src), cuda_ptr(dst),
+                                   el.count / static_cast<size_t>(group_size_),
+                                   el.dtype, cc.raw_stream(), r);
+        });
+      }
+      cc.finish(*w);
+    });
+  }
+  Pieces pc;
+  pc.unit = "rows";
+  pc.recv_name = "output_split_sizes";
+  pc.unit_numel = row_numel(input);
+  pc.st = input.scalar_type();
+  pc.send_units = split_rows(op, "input", input, in_splits, group_size_);
+  pc.recv_units = split_rows(op, "output", output, out_splits, group_size_);
+  // Rows of a 0-dim tensor: itself, as one row.
+  at::Tensor in_rows = input.dim() ? input : input.unsqueeze(0);
+  at::Tensor out_rows = output.dim() ? output : output.unsqueeze(0);
+  int64_t in_off = 0, out_off = 0;
+  for (int p = 0; p < group_size_; p++) {
+    pc.sends.push_back(in_rows.narrow(0, in_off, pc.send_units[p]));
+    pc.recvs.push_back(out_rows.narrow(0, out_off, pc.recv_units[p]));
+    in_off += pc.send_units[p];
+    out_off += pc.recv_units[p];
+  }
+  pc.whole_in = input;
+  pc.whole_out = output;
   CudaCall cc(op, {input, output});
   auto w = make_cuda_work(cc, OpType::ALLTOALL_BASE, "mep:all_to_all_single",
                           what(op, input), {input}, {output});
   return issue(w, [&](MepWork &) {
-    if (el.count) {
-      at::Tensor src = cc.in(input);
-      at::Tensor dst = cc.out(output);
-      submit_cuda(*w, cc, true, [&](mep_comm_t *c, mep_req_t **r) {
-        return mep_alltoall_cuda(c, cuda_ptr(src), cuda_ptr(dst),
-                                 el.count / static_cast<size_t>(group_size_),
-                                 el.dtype, cc.raw_stream(), r);
-      });
-    }
+    std::string bad = cuda_alltoall_pieces(*w, cc, pc);
     cc.finish(*w);
+    if (!bad.empty())
+      std::rethrow_exception(mep_error(MEP_ERR_MISMATCH, w->what(), bad));
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::cuda_alltoall_list(
+    std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs) {
+  const char *op = "all_to_all";
+  const at::Tensor &like = inputs[0];
+  CudaCall cc(op, concat(inputs, outputs));
+  auto w = make_cuda_work(
+      cc, OpType::ALLTOALL, "mep:all_to_all",
+      std::string(op) + " of " + std::to_string(total_numel(inputs)) + " " +
+          dtype_name(like.scalar_type()) + " elements (rank " +
+          std::to_string(rank_) + " of " + std::to_string(group_size_) + ")",
+      inputs, outputs);
+  Pieces pc;
+  pc.unit = "elements";
+  pc.recv_name = "output_tensor_list";
+  pc.unit_numel = 1;
+  pc.st = like.scalar_type();
+  pc.sends = inputs;
+  pc.recvs = outputs;
+  for (const auto &t : inputs) pc.send_units.push_back(t.numel());
+  for (const auto &t : outputs) pc.recv_units.push_back(t.numel());
+  return issue(w, [&](MepWork &) {
+    std::string bad = cuda_alltoall_pieces(*w, cc, pc);
+    cc.finish(*w);
+    if (!bad.empty())
+      std::rethrow_exception(mep_error(MEP_ERR_MISMATCH, w->what(), bad));
   });
 }
 

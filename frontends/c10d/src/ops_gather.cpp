@@ -21,7 +21,8 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather(
               static_cast<size_t>(group_size_));
   check_same(op, "output", outs, in);
 #if MEP_C10D_CUDA
-  if (path == MemPath::Cuda) return cuda_allgather(outs, in);
+  if (path == MemPath::Cuda)
+    return cuda_allgather(op, OpType::ALLGATHER, "mep:all_gather", outs, in);
 #endif
   require_host(op, path);
   Elems el = move_elems(in);
@@ -113,7 +114,12 @@ c10::intrusive_ptr<c10d::Work> MepBackend::gather(
                 static_cast<size_t>(group_size_));
     check_same(op, "gather_list", outs, in);
   }
-  require_host(op, mem_path(op, concat(inputs, outs)));
+  MemPath path = mem_path(op, concat(inputs, outs));
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda)
+    return cuda_allgather(op, OpType::GATHER, "mep:gather", outs, in);
+#endif
+  require_host(op, path);
   Elems el = move_elems(in);
   at::Tensor src = contiguous_or_copy(in);
   auto w = make_work(OpType::GATHER, "mep:gather", what(op, in), inputs,
@@ -149,7 +155,11 @@ c10::intrusive_ptr<c10d::Work> MepBackend::scatter(
                 static_cast<size_t>(group_size_));
     check_same(op, "scatter_list", ins, out);
   }
-  require_host(op, mem_path(op, concat(outputs, ins)));
+  MemPath path = mem_path(op, concat(outputs, ins));
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_scatter(out, ins, root);
+#endif
+  require_host(op, path);
   Elems el = move_elems(out);
   at::Tensor dst = contiguous_or_copy(out);
   auto w = make_work(OpType::SCATTER, "mep:scatter", what(op, out), ins,

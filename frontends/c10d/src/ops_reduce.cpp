@@ -125,11 +125,15 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> MepBackend::reduce(
     std::vector<at::Tensor> &tensors, const c10d::ReduceOptions &opts) {
   const char *op = "reduce";
-  require_host(op, mem_path(op, tensors));
+  MemPath path = mem_path(op, tensors);
   check_count(op, "the tensor list", tensors.size(), 1);
   check_root(op, opts.rootRank);
   if (opts.rootTensor != 0)
     throw_value("reduce: rootTensor must be 0 (one tensor per process)");
+#if MEP_C10D_CUDA
+  if (path == MemPath::Cuda) return cuda_reduce(tensors, opts);
+#endif
+  require_host(op, path);
   at::Tensor t = tensors[0];
   Elems el = reduce_elems(op, t, opts.reduceOp);
   mep_op_t rop = reduce_op(op, opts.reduceOp, t.scalar_type());

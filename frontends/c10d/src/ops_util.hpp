@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "errors.hpp"
+#include "tensors.hpp"
 #include "work.hpp"
 
 namespace mep_c10d {
@@ -46,6 +48,43 @@ inline void scatter_back(MepWork &w, const std::vector<at::Tensor> &outs,
                     .view(dst.sizes()));
     }
   });
+}
+
+// Elements of one row of dim 0 (the whole tensor for a 0-dim one).
+inline int64_t row_numel(const at::Tensor &t) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < t.dim(); d++) n *= t.size(d);
+  return n;
+}
+
+// all_to_all_single's rows of dim 0 per rank on one side ("input",
+// "output"): the split sizes given, checked, or an even share.
+inline std::vector<int64_t> split_rows(const char *op, const char *side,
+                                       const at::Tensor &t,
+                                       const std::vector<int64_t> &splits,
+                                       int size) {
+  int64_t rows = t.dim() ? t.size(0) : 1;
+  std::vector<int64_t> s = splits;
+  if (s.empty()) {
+    if (rows % size)
+      throw_value(std::string(op) + ": the " + side + " tensor has " +
+                  std::to_string(rows) + " rows, not divisible by " +
+                  std::to_string(size) + " ranks; pass split sizes");
+    s.assign(static_cast<size_t>(size), rows / size);
+  }
+  check_count(op, side, s.size(), static_cast<size_t>(size));
+  int64_t sum = 0;
+  for (int64_t v : s) {
+    if (v < 0)
+      throw_value(std::string(op) + ": negative " + side + " split size " +
+                  std::to_string(v));
+    sum += v;
+  }
+  if (sum != rows)
+    throw_value(std::string(op) + ": the " + side + " split sizes add up to " +
+                std::to_string(sum) + " rows, the tensor has " +
+                std::to_string(rows));
+  return s;
 }
 
 inline int64_t total_numel(const std::vector<at::Tensor> &list) {

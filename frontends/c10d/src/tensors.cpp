@@ -26,12 +26,12 @@ MemPath mem_path(const char *op, const std::vector<at::Tensor> &tensors) {
 
 void require_host(const char *op, MemPath path) {
 #if MEP_C10D_CUDA
-  // Operations without a CUDA path in this build reach here.
+  // Only point-to-point has no CUDA path in this build.
   if (path == MemPath::Cuda)
     throw_type(std::string(op) +
-               ": not supported on CUDA tensors yet (all_reduce, all_gather, "
-               "reduce_scatter, all_to_all_single with equal splits and "
-               "broadcast are); move the tensors with .cpu(), or use "
+               ": not supported on CUDA tensors yet (point-to-point: send, "
+               "recv, isend, irecv, batch_isend_irecv; every collective is); "
+               "move the tensors with .cpu(), or use "
                "backend=\"cpu:mep,cuda:nccl\"");
 #endif
   if (path == MemPath::Cuda)
