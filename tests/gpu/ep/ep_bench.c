@@ -22,7 +22,7 @@
 #include "../gpu_probe.h"
 
 typedef struct opts {
-  int n, tokens, hidden, experts, topk, iters, bf16;
+  int n, tokens, hidden, experts, topk, iters, bf16, split;
 } opts_t;
 
 #define WARMUP 20
@@ -130,21 +130,53 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
       .struct_size = sizeof ca, .x = comb_x, .topk_idx = idx,
       .topk_weights = w, .src_info = si, .layout_range = lr,
       .num_tokens = T, .num_topk = K, .out = out, .stream = s};
-  cudaEvent_t ev[3];
-  for (int i = 0; i < 3; i++) CK(cudaEventCreate(&ev[i]), "event");
+  /* --split: each call as its send and receive phases, timed apart
+   * (events between them), to see where the time goes */
+  cudaEvent_t ev[5];
+  for (int i = 0; i < 5; i++) CK(cudaEventCreate(&ev[i]), "event");
   float *td = malloc(sizeof(float) * (size_t)o->iters);
   float *tc = malloc(sizeof(float) * (size_t)o->iters);
+  float *tp[4];
+  for (int i = 0; i < 4; i++) tp[i] = malloc(sizeof(float) * (size_t)o->iters);
+  mep_ep_dispatch_args_t dp[2] = {da, da};
+  mep_ep_combine_args_t cp[2] = {ca, ca};
+  dp[0].flags |= MEP_EP_SEND;
+  dp[1].flags |= MEP_EP_RECV;
+  cp[0].flags |= MEP_EP_SEND;
+  cp[1].flags |= MEP_EP_RECV;
   for (int it = -WARMUP; it < o->iters; it++) {
     CK(cudaEventRecord(ev[0], s), "record");
-    MEPCK(mep_ep_dispatch(ep, &da), "mep_ep_dispatch");
+    if (o->split) {
+      MEPCK(mep_ep_dispatch(ep, &dp[0]), "mep_ep_dispatch send");
+      CK(cudaEventRecord(ev[3], s), "record");
+      MEPCK(mep_ep_dispatch(ep, &dp[1]), "mep_ep_dispatch recv");
+    } else {
+      MEPCK(mep_ep_dispatch(ep, &da), "mep_ep_dispatch");
+    }
     CK(cudaEventRecord(ev[1], s), "record");
-    MEPCK(mep_ep_combine(ep, &ca), "mep_ep_combine");
+    if (o->split) {
+      MEPCK(mep_ep_combine(ep, &cp[0]), "mep_ep_combine send");
+      CK(cudaEventRecord(ev[4], s), "record");
+      MEPCK(mep_ep_combine(ep, &cp[1]), "mep_ep_combine recv");
+    } else {
+      MEPCK(mep_ep_combine(ep, &ca), "mep_ep_combine");
+    }
     CK(cudaEventRecord(ev[2], s), "record");
     CK(cudaEventSynchronize(ev[2]), "sync");
     if (it < 0) continue;
     CK(cudaEventElapsedTime(&td[it], ev[0], ev[1]), "elapsed");
     CK(cudaEventElapsedTime(&tc[it], ev[1], ev[2]), "elapsed");
+    if (!o->split) continue;
+    CK(cudaEventElapsedTime(&tp[0][it], ev[0], ev[3]), "elapsed");
+    CK(cudaEventElapsedTime(&tp[1][it], ev[3], ev[1]), "elapsed");
+    CK(cudaEventElapsedTime(&tp[2][it], ev[1], ev[4]), "elapsed");
+    CK(cudaEventElapsedTime(&tp[3][it], ev[4], ev[2]), "elapsed");
   }
+  if (o->split)
+    printf("rank %d: phases (median us): dispatch send %.1f, receive %.1f; "
+           "combine send %.1f, receive %.1f\n", rank,
+           pct(tp[0], o->iters, 0.5) * 1e3, pct(tp[1], o->iters, 0.5) * 1e3,
+           pct(tp[2], o->iters, 0.5) * 1e3, pct(tp[3], o->iters, 0.5) * 1e3);
   int32_t *act = malloc(sizeof(int32_t) * (size_t)n);
   CK(cudaMemcpy(act, mep_ep_active_ranks(ep), sizeof(int32_t) * (size_t)n,
                 cudaMemcpyDeviceToHost), "copy active");
@@ -185,6 +217,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   free(perm);
   free(td);
   free(tc);
+  for (int i = 0; i < 4; i++) free(tp[i]);
   free(act);
   cudaStreamDestroy(s);
   return lost != 0 || rc < 0;
@@ -198,10 +231,12 @@ static void set_device(int rank, void *arg) {
 
 static int usage(FILE *f, int code) {
   fprintf(f, "usage: ep_bench [-n ranks] [--tokens T] [--hidden H] "
-             "[--experts E] [--topk K] [--iters N] [--bf16]\n"
+             "[--experts E] [--topk K] [--iters N] [--bf16] [--split]\n"
              "Median latency of the EP CUDA path's dispatch (FP8, or BF16 "
              "with --bf16) and\ncombine (BF16); defaults: 2 ranks, 128 "
-             "tokens, hidden 7168, 256 experts,\ntop-8, 200 iterations.\n");
+             "tokens, hidden 7168, 256 experts,\ntop-8, 200 iterations. "
+             "--split also times each call's send and\nreceive phases "
+             "apart.\n");
   return code;
 }
 
@@ -218,6 +253,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--topk") && more) o.topk = atoi(argv[++i]);
     else if (!strcmp(a, "--iters") && more) o.iters = atoi(argv[++i]);
     else if (!strcmp(a, "--bf16")) o.bf16 = 1;
+    else if (!strcmp(a, "--split")) o.split = 1;
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, 0);
     else return usage(stderr, 2);
   }
