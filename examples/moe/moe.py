@@ -48,8 +48,9 @@ def parse(argv=None):
                     help="layer calls, each on new tokens (default 3)")
     ap.add_argument("--seed", type=int, default=1234, help="seed of weights and inputs")
     ap.add_argument("--backend", default=None,
-                    help="torch.distributed backend for the setup: gloo (default on cpu), "
-                         "nccl (default on cuda) or mep")
+                    help="torch.distributed backend for the setup: gloo (default on cpu, "
+                         "and on cuda when ranks share a GPU, which nccl refuses), nccl "
+                         "(default on cuda) or mep")
     ap.add_argument("--nproc", type=int, default=4,
                     help="without torchrun: how many ranks to start (default 4)")
     ap.add_argument("--timeout", type=float, default=300,
@@ -139,7 +140,10 @@ def rank_main(args):
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank))
                               % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    backend = args.backend or ("nccl" if args.device == "cuda" else "gloo")
+    # The group only sets mep.ep up (mep has its own communicator), so
+    # gloo serves where nccl cannot: ranks sharing a GPU.
+    own_gpu = args.device == "cuda" and world <= torch.cuda.device_count()
+    backend = args.backend or ("nccl" if own_gpu else "gloo")
     if backend == "mep":
         import mep  # noqa: F401  registers the backend
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
@@ -165,10 +169,12 @@ def rank_main(args):
     if device.type == "cuda":
         torch.cuda.synchronize()
     ok = worst <= tol
-    print(f"rank {rank}/{world}: {'OK' if ok else 'FAIL'}  {ntok} tokens over {args.iters} "
-          f"calls, experts {rank * local}..{rank * local + local - 1}, max relative error "
-          f"{worst:.2e} (tolerance {tol:g}, {'fp8' if args.fp8 else 'bf16'} dispatch, "
-          f"{device})", flush=True)
+    # one write per line: the ranks share the terminal
+    sys.stdout.write(f"rank {rank}/{world}: {'OK' if ok else 'FAIL'}  {ntok} tokens over "
+                     f"{args.iters} calls, experts {rank * local}..{rank * local + local - 1}, "
+                     f"max relative error {worst:.2e} (tolerance {tol:g}, "
+                     f"{'fp8' if args.fp8 else 'bf16'} dispatch, {device})\n")
+    sys.stdout.flush()
     oks = [None] * world
     dist.all_gather_object(oks, ok)
     buf.destroy()
