@@ -27,6 +27,7 @@
 #include <mep/mep.h>
 
 #include "../../tools/common/launch.h"
+#include "gpu_check.h"
 #include "gpu_probe.h"
 
 typedef struct cfg {
@@ -37,15 +38,7 @@ typedef struct cfg {
 
 static int passed, failed;
 
-#define CK(e, what)                                                        \
-  do {                                                                     \
-    cudaError_t e_ = (e);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, what,                     \
-              cudaGetErrorString(e_));                                     \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
+#define CK(e, what) GPU_CK(rank, 1, e, what)
 
 static uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;

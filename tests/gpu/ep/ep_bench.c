@@ -19,6 +19,7 @@
 #include <mep/mep.h>
 
 #include "../../../tools/common/launch.h"
+#include "../gpu_check.h"
 #include "../gpu_probe.h"
 
 typedef struct opts {
@@ -27,24 +28,9 @@ typedef struct opts {
 
 #define WARMUP 20
 
-#define CK(e, what)                                                        \
-  do {                                                                     \
-    cudaError_t e_ = (e);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, what,                     \
-              cudaGetErrorString(e_));                                     \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
+#define CK(e, what) GPU_CK(rank, 1, e, what)
 
-#define MEPCK(e, what)                                                     \
-  do {                                                                     \
-    int rc_ = (e);                                                         \
-    if (rc_ < 0) {                                                         \
-      fprintf(stderr, "rank %d: %s: %s\n", rank, what, mep_last_error());  \
-      return 1;                                                            \
-    }                                                                      \
-  } while (0)
+#define MEPCK(e, what) GPU_MEPCK(rank, 1, e, what)
 
 static uint64_t next(uint64_t *s) {
   uint64_t x = (*s += 0x9e3779b97f4a7c15ull);

@@ -37,6 +37,7 @@
 #include <mep/mep.h>
 
 #include "../../../tools/common/launch.h"
+#include "../gpu_check.h"
 #include "../gpu_probe.h"
 #include "ep_ref.h"
 
@@ -81,25 +82,9 @@ typedef struct bench {
   int32_t *hsi, *hcnt, *hact;
 } bench_t;
 
-#define CK(e, what)                                                        \
-  do {                                                                     \
-    cudaError_t e_ = (e);                                                  \
-    if (e_ != cudaSuccess) {                                               \
-      fprintf(stderr, "rank %d: %s: %s\n", r->rank, what,                  \
-              cudaGetErrorString(e_));                                     \
-      return -1;                                                           \
-    }                                                                      \
-  } while (0)
+#define CK(e, what) GPU_CK(r->rank, -1, e, what)
 
-#define MEPCK(e, what)                                                     \
-  do {                                                                     \
-    int rc_ = (e);                                                         \
-    if (rc_ < 0) {                                                         \
-      fprintf(stderr, "rank %d: %s: %s (%s)\n", r->rank, what,             \
-              mep_strerror(rc_), mep_last_error());                        \
-      return -1;                                                           \
-    }                                                                      \
-  } while (0)
+#define MEPCK(e, what) GPU_MEPCK(r->rank, -1, e, what)
 
 static void verdict(rt_t *r, int bad, const char *what, const ep_case_t *c,
                     const char *why) {
