@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Runs examples/alltoall as N separate processes (the way a user launches
-# ranks) and checks that every rank verified its data.
-# usage: run_alltoall.sh ALLTOALL_BINARY NRANKS BYTES
+# Runs an example program (examples/alltoall, examples/ep) as N separate
+# processes, the way a user launches ranks, and checks that every rank
+# reported its data checked.
+# usage: run_ranks.sh BINARY NRANKS [ARGS...]   (each rank also gets
+#        --rank R --size N --store 127.0.0.1:PORT, PORT picked free)
 set -u
-bin=$1 n=$2 bytes=$3
+bin=$1 n=$2
+shift 2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 pids=()
 for ((r = 0; r < n; r++)); do
-  timeout 60 "$bin" --rank "$r" --size "$n" --store "127.0.0.1:$port" \
-    --bytes "$bytes" --iters 5 >"$out/$r" 2>&1 &
+  timeout 60 "$bin" --rank "$r" --size "$n" --store "127.0.0.1:$port" "$@" \
+    >"$out/$r" 2>&1 &
   pids+=($!)
 done
 fail=0
