@@ -71,11 +71,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall_base(
   auto w = make_work(OpType::ALLTOALL_BASE, "mep:all_to_all_single",
                      what(op, input), {input}, {output});
   if (out_splits.empty() && in_splits.empty()) {
-    if (input.numel() != output.numel() || input.numel() % group_size_)
-      throw_value(std::string(op) + ": the input has " + describe(input) +
-                  " and the output " + describe(output) +
-                  "; without split sizes both need the same number, "
-                  "divisible by " + std::to_string(group_size_));
+    check_equal_blocks(op, input, output, group_size_);
     return issue(w, [&](MepWork &w) {
       w.keep(src);
       w.keep(dst);

@@ -399,11 +399,7 @@ c10::intrusive_ptr<c10d::Work> MepBackend::cuda_alltoall(
   if (out_splits.empty() && in_splits.empty()) {
     // Equal blocks on every rank (split sizes are given on all ranks or on
     // none): the core's call as it is, without agreeing on sizes first.
-    if (input.numel() != output.numel() || input.numel() % group_size_)
-      throw_value(std::string(op) + ": the input has " + describe(input) +
-                  " and the output " + describe(output) +
-                  "; without split sizes both need the same number, "
-                  "divisible by " + std::to_string(group_size_));
+    check_equal_blocks(op, input, output, group_size_);
     Elems el = move_elems(input);
     CudaCall cc(op, {input, output});
     auto w = make_cuda_work(cc, OpType::ALLTOALL_BASE,

@@ -87,6 +87,17 @@ inline std::vector<int64_t> split_rows(const char *op, const char *side,
   return s;
 }
 
+// all_to_all_single without split sizes: equal blocks, so both tensors
+// hold the same number of elements, divisible by the group's size.
+inline void check_equal_blocks(const char *op, const at::Tensor &input,
+                               const at::Tensor &output, int size) {
+  if (input.numel() != output.numel() || input.numel() % size)
+    throw_value(std::string(op) + ": the input has " + describe(input) +
+                " and the output " + describe(output) +
+                "; without split sizes both need the same number, "
+                "divisible by " + std::to_string(size));
+}
+
 inline int64_t total_numel(const std::vector<at::Tensor> &list) {
   int64_t total = 0;
   for (const auto &t : list) total += t.numel();
