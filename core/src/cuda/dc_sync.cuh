@@ -36,10 +36,16 @@
 #define DC_FLAGS_BYTES 4096
 #define DC_SEQ_OFF 0
 #define DC_DONE_OFF 8
+/* The launch's snapshot of active[]: (tag << 32) | mask of active ranks,
+ * tag being the low 32 bits of the launch's first seq (dc_begin). */
+#define DC_SNAP_OFF 16
 #define DC_FLAG_OFF 64
 #define DC_DEFAULT_TIMEOUT_NS 10000000000ull
 /* Spins between two looks at active[] (mapped host memory, slow to read). */
 #define DC_ACTIVE_POLL 256
+/* How long a block waits for block 0's snapshot of active[] before it
+ * reads active[] itself (block 0 normally starts with the others). */
+#define DC_SNAP_WAIT_NS 20000ull
 
 /* What every kernel needs of the group; passed by value. */
 struct DcCtx {
@@ -60,7 +66,7 @@ struct DcBlock {
   unsigned long long seq;  /* seq of the current round (dc_round) */
   unsigned int start_mask;
   unsigned int mask[DC_NPHASE];
-  int go;
+  int have_snap; /* dc_begin: block 0's snapshot arrived */
 };
 
 __device__ __forceinline__ unsigned long long dc_now() {
@@ -96,25 +102,49 @@ __device__ __forceinline__ char *dc_buf(const DcCtx &c, const DcBlock &sb,
   return sb.ws[r] + DC_FLAGS_BYTES + (size_t)(sb.seq & 1) * c.buf_bytes;
 }
 
-/* Reads the launch counter and the active set. Returns false (in every
- * thread) when our own rank is inactive: the block then does nothing. */
+/* Reads the launch counter and the active set. active[] is mapped host
+ * memory, and its reads by every block of a launch at once queue up behind
+ * each other (the suspected fixed cost of launches with many blocks), so
+ * block 0 alone reads it and hands the set to the other blocks in our own
+ * workspace, tagged with the launch's first seq. A block that does not see
+ * it in time reads active[] itself. A launch that finds our own rank
+ * inactive does not advance the seq, so the next one may read its
+ * snapshot: that says inactive again, which stays true (entries are only
+ * ever cleared). Returns false (in every thread) when our own rank is
+ * inactive: the block then does nothing. */
 __device__ __forceinline__ bool dc_begin(const DcCtx &c, DcBlock &sb) {
   int t = threadIdx.x;
   if (t < c.nranks) sb.ws[t] = (char *)c.peer_ws[t];
   if (t == 0) {
-    sb.go = c.active[c.rank] != 0;
-    sb.start_mask = 1u << c.rank;
+    sb.start_mask = 0;
     for (int p = 0; p < DC_NPHASE; ++p) sb.mask[p] = 1u << c.rank;
   }
   __syncthreads();
+  volatile unsigned long long *snap =
+      (volatile unsigned long long *)(sb.ws[c.rank] + DC_SNAP_OFF);
   if (t == 0) {
     sb.base = *(volatile unsigned long long *)(sb.ws[c.rank] + DC_SEQ_OFF) + 1;
     sb.seq = sb.base;
+    sb.have_snap = 0;
+    const unsigned long long tag = sb.base & 0xffffffffull, t0 = dc_now();
+    while (blockIdx.x != 0) {
+      unsigned long long v = *snap;
+      if ((v >> 32) == tag) {
+        sb.start_mask = (unsigned int)v;
+        sb.have_snap = 1;
+        break;
+      }
+      if (dc_now() - t0 > DC_SNAP_WAIT_NS) break;
+    }
   }
-  if (t < c.nranks && t != c.rank && c.active[t] != 0)
-    atomicOr(&sb.start_mask, 1u << t);
   __syncthreads();
-  return sb.go != 0;
+  if (!sb.have_snap) { /* the same in every thread */
+    if (t < c.nranks && c.active[t] != 0) atomicOr(&sb.start_mask, 1u << t);
+    __syncthreads();
+    if (t == 0 && blockIdx.x == 0)
+      *snap = ((sb.base & 0xffffffffull) << 32) | sb.start_mask;
+  }
+  return (sb.start_mask >> c.rank) & 1u;
 }
 
 /* Starts round k of the launch (0 first): its seq, hence its buffer. The
@@ -158,7 +188,10 @@ __device__ inline unsigned int dc_barrier(const DcCtx &c, DcBlock &sb, int phase
   /* Every reader of this phase's previous mask passed a __syncthreads
    * since (dc_round or the other phase's barrier). */
   if (t == 0) sb.mask[phase] = 1u << c.rank;
-  __threadfence_system();
+  /* The __syncthreads orders every thread's writes before thread 0's
+   * release store, and a release is cumulative: it publishes them all at
+   * system scope. (A __threadfence_system in each of the 512 threads did
+   * the same 16 times per block.) */
   __syncthreads();
   if (t == 0) dc_st_release(dc_flag(sb.ws[c.rank], blockIdx.x, phase), sb.seq);
   if (t < c.nranks && t != c.rank && ((wait >> t) & 1u)) {
