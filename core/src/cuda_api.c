@@ -144,7 +144,9 @@ static int run(mep_comm_t *comm, mep__cuda_op_t *op, mep_req_t **req,
     return mep__err(MEP_ERR_UNSUPPORTED, "%s: no CUDA device is usable here",
                     name);
   if (op->count) {
-    if (op->send && (rc = mep__cuda_check_ptr(op->send, "the send buffer")))
+    /* in place (broadcast, mostly all-reduce): one driver call, not two */
+    if (op->send && op->send != op->recv &&
+        (rc = mep__cuda_check_ptr(op->send, "the send buffer")))
       return mep__err_wrap(rc, "%s", name);
     if ((rc = mep__cuda_check_ptr(op->recv, "the receive buffer")))
       return mep__err_wrap(rc, "%s", name);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll.h"
 #include "config.h"
@@ -173,6 +174,7 @@ static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
   kp->g.peer_ws = (void *const *)kp->table;
   kp->g.ws_bytes = kp->ws_bytes;
   kp->g.active = dact;
+  kp->g.host_active = kp->active;
   kp->g.status = dstatus;
   kp->g.timeout_ns = (uint64_t)comm->timeout_ms * 1000000u;
   kp->g.sms = kp->blocks;
@@ -248,20 +250,101 @@ static void refresh_active(mep_comm_t *comm, struct mep__kpath *kp) {
   pthread_mutex_unlock(&comm->engine_lock);
 }
 
+/* Completion events are reused: a create and a destroy per launch are two
+ * driver calls on the caller's path. The pool is process-wide because a
+ * finished request may be freed after its communicator; it is bounded,
+ * and an event goes back only to the device it was made on. Re-recording
+ * an event whose earlier record is still pending is fine: nothing else
+ * waits on it once its request is gone. */
+#define EV_POOL_MAX 64
+
+static struct {
+  int device;
+  cudaEvent_t ev;
+} ev_pool[EV_POOL_MAX];
+static int ev_pool_n;
+static pthread_mutex_t ev_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* An event of the current device `device`, pooled when one is free. */
+static cudaError_t ev_take(int device, cudaEvent_t *ev, int *pooled) {
+  pthread_mutex_lock(&ev_pool_mu);
+  for (int i = ev_pool_n - 1; i >= 0; i--) {
+    if (ev_pool[i].device != device) continue;
+    *ev = ev_pool[i].ev;
+    ev_pool[i] = ev_pool[--ev_pool_n];
+    pthread_mutex_unlock(&ev_pool_mu);
+    *pooled = 1;
+    return cudaSuccess;
+  }
+  pthread_mutex_unlock(&ev_pool_mu);
+  *pooled = 0;
+  return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+}
+
+static void ev_give(int device, cudaEvent_t ev) {
+  pthread_mutex_lock(&ev_pool_mu);
+  if (ev_pool_n < EV_POOL_MAX) {
+    ev_pool[ev_pool_n].device = device;
+    ev_pool[ev_pool_n++].ev = ev;
+    ev = NULL;
+  }
+  pthread_mutex_unlock(&ev_pool_mu);
+  if (ev) cudaEventDestroy(ev);
+}
+
 /* A launch's request: finishes when the stream passed the launch. */
 typedef struct launch {
   struct mep__kpath *kp;
   cudaEvent_t done;
-  int device;
+  int device;     /* the event's */
+  int failed;     /* the query failed: the event is not reused */
+  uint64_t start_ns, next_ns; /* when launched; when to ask again */
 } launch_t;
+
+/* Each query takes the driver's locks, and the progress thread makes it
+ * under the engine lock, both of which the calling thread needs for its
+ * next launch; a launch is not over before a few microseconds anyway. So a
+ * launch is first asked about QUERY_FIRST_NS after it, and after a "not
+ * ready" again only after an eighth of its age (QUERY_MIN_NS to
+ * QUERY_MAX_NS): a finish is seen at most that late (12%, and 20 us for
+ * long ones), with a few queries per launch instead of one per round. */
+#define QUERY_FIRST_NS 2000u
+#define QUERY_MIN_NS 1000u
+#define QUERY_MAX_NS 20000u
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* cudaEventQuery on the event's device; a thread that waits for its own
+ * request (and drives progress) keeps its current device. */
+static cudaError_t query(const launch_t *l) {
+  int cur = -1;
+  if (cudaGetDevice(&cur) != cudaSuccess) cur = -1;
+  if (cur != l->device) cudaSetDevice(l->device);
+  cudaError_t e = cudaEventQuery(l->done);
+  if (cur >= 0 && cur != l->device) cudaSetDevice(cur);
+  return e;
+}
 
 static int launch_advance(mep_req_t *req) {
   launch_t *l = req->impl;
-  cudaSetDevice(l->device);
-  cudaError_t e = cudaEventQuery(l->done);
-  if (e == cudaErrorNotReady) return 0;
+  uint64_t now = now_ns();
+  if (now < l->next_ns) return 0;
+  cudaError_t e = query(l);
+  if (e == cudaErrorNotReady) {
+    cudaGetLastError(); /* not an error: leave no trace for a launch */
+    uint64_t gap = (now - l->start_ns) / 8;
+    if (gap < QUERY_MIN_NS) gap = QUERY_MIN_NS;
+    if (gap > QUERY_MAX_NS) gap = QUERY_MAX_NS;
+    l->next_ns = now + gap;
+    return 0;
+  }
   if (e != cudaSuccess) {
     cudaGetLastError();
+    l->failed = 1;
     mep__req_set(req, MEP_ERR_SYSTEM, "the CUDA collective kernel failed: %s",
                  cudaGetErrorString(e));
     return 1;
@@ -287,8 +370,31 @@ static int launch_advance(mep_req_t *req) {
 
 static void launch_cleanup(mep_req_t *req) {
   launch_t *l = req->impl;
-  if (l->done) cudaEventDestroy(l->done);
+  if (l->done && l->failed)
+    cudaEventDestroy(l->done);
+  else if (l->done)
+    ev_give(l->device, l->done);
   free(l);
+}
+
+/* Records the launch's completion on the stream, into a pooled event when
+ * one is free (a stale one, after a device reset, is replaced once). */
+static cudaError_t record_done(launch_t *l, void *stream) {
+  int pooled = 0;
+  cudaError_t e = ev_take(l->device, &l->done, &pooled);
+  if (e == cudaSuccess) e = cudaEventRecord(l->done, (cudaStream_t)stream);
+  if (e != cudaSuccess && pooled) {
+    cudaGetLastError();
+    cudaEventDestroy(l->done);
+    l->done = NULL;
+    e = cudaEventCreateWithFlags(&l->done, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(l->done, (cudaStream_t)stream);
+  }
+  if (e != cudaSuccess && l->done) {
+    cudaEventDestroy(l->done);
+    l->done = NULL;
+  }
+  return e;
 }
 
 static int track(mep_comm_t *comm, mep__cuda_t *cu, void *stream,
@@ -296,18 +402,19 @@ static int track(mep_comm_t *comm, mep__cuda_t *cu, void *stream,
   launch_t *l = calloc(1, sizeof *l);
   if (!l) return mep__err(MEP_ERR_NOMEM, "out of memory");
   l->kp = cu->kp;
-  l->device = cu->device;
-  cudaError_t e = cudaEventCreateWithFlags(&l->done, cudaEventDisableTiming);
-  if (e == cudaSuccess) e = cudaEventRecord(l->done, (cudaStream_t)stream);
+  /* The event is made on the current device, where the launch went. */
+  if (cudaGetDevice(&l->device) != cudaSuccess) l->device = cu->device;
+  cudaError_t e = record_done(l, stream);
   if (e != cudaSuccess) {
-    if (l->done) cudaEventDestroy(l->done);
     free(l);
     return mep__cuda_err(e, "recording the kernel's completion");
   }
+  l->start_ns = now_ns();
+  l->next_ns = l->start_ns + QUERY_FIRST_NS;
   mep_req_t *req = mep__req_new(comm, MEP__REQ_P2P, launch_advance, l,
                                 launch_cleanup);
   if (!req) {
-    cudaEventDestroy(l->done);
+    ev_give(l->device, l->done);
     free(l);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }

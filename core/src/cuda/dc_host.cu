@@ -69,8 +69,13 @@ extern "C" int mep__dc_init_ws(void *ws, size_t ws_bytes, void *stream) {
 }
 
 /* 1 and *val when the host can read our active entry without a sync
- * (mapped host or managed memory), else 0 (the kernel checks it then). */
+ * (mapped host or managed memory), else 0 (the kernel checks it then).
+ * The group's host view saves a driver call per launch. */
 static int dc_host_active(const mep__dc_group_t *g, int32_t *val) {
+  if (g->host_active) {
+    *val = g->host_active[g->rank];
+    return 1;
+  }
   const volatile int32_t *p = g->active + g->rank;
   cudaPointerAttributes a;
   if (cudaPointerGetAttributes(&a, (const void *)p) != cudaSuccess) {

@@ -49,6 +49,9 @@ typedef struct mep__dc_group {
                                 when rank r timed out */
   uint64_t timeout_ns;       /* wait for a peer at most this; 0 = 10 s */
   int sms;                   /* max blocks per launch (0 = pick) */
+  /* Host side only: `active` as the host reads it (mapped pinned memory),
+   * or NULL, and then every launch asks the driver what `active` is. */
+  const volatile int32_t *host_active;
 } mep__dc_group_t;
 
 /* Smallest useful workspace for nranks ranks. */

@@ -5,15 +5,63 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 namespace mep_c10d {
 
-CudaEvent::CudaEvent(c10::DeviceIndex device) : device_(device) {
+namespace {
+
+// Free events per device. Re-recording an event whose earlier record is
+// still pending is fine: a stream that waited on it already took the
+// record it waits for, and nothing queries it once its work is gone.
+// Never destroyed: the process's exit, not a static destructor running
+// after the CUDA runtime's, frees what it holds.
+class EventPool {
+ public:
+  static EventPool &get() {
+    static EventPool *pool = new EventPool();
+    return *pool;
+  }
+
+  // A free event of `device`, or nullptr (the caller makes one).
+  cudaEvent_t take(c10::DeviceIndex device) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = free_.find(device);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    cudaEvent_t ev = it->second.back();
+    it->second.pop_back();
+    return ev;
+  }
+
+  // False when full: the caller destroys it.
+  bool give(c10::DeviceIndex device, cudaEvent_t ev) {
+    std::lock_guard<std::mutex> g(mu_);
+    auto &v = free_[device];
+    if (v.size() >= kMaxPerDevice) return false;
+    v.push_back(ev);
+    return true;
+  }
+
+ private:
+  // More than the works usually in flight on one device at a time.
+  static constexpr size_t kMaxPerDevice = 256;
+  std::mutex mu_;
+  std::unordered_map<c10::DeviceIndex, std::vector<cudaEvent_t>> free_;
+};
+
+}  // namespace
+
+CudaEvent::CudaEvent(c10::DeviceIndex device)
+    : device_(device), ev_(EventPool::get().take(device)) {
+  if (ev_) return;
   c10::cuda::CUDAGuard g(device_);
   C10_CUDA_CHECK(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming));
 }
 
 CudaEvent::~CudaEvent() {
+  if (EventPool::get().give(device_, ev_)) return;
   c10::cuda::CUDAGuard g(device_);
   cudaEventDestroy(ev_);  // a destructor reports nothing
 }
@@ -59,8 +107,11 @@ bool CudaWork::isCompleted() {
 }
 
 void CudaWork::synchronize() {
-  if (done_)
-    done_->block(c10::cuda::getCurrentCUDAStream(stream_.device_index()));
+  if (!done_) return;
+  // The operation's own stream is ordered after it already: the wait
+  // would be a driver call that orders nothing more.
+  auto cur = c10::cuda::getCurrentCUDAStream(stream_.device_index());
+  if (cur != stream_) done_->block(cur);
 }
 
 bool CudaWork::wait(std::chrono::milliseconds) {
