@@ -5,8 +5,9 @@ movement done with torch.distributed all_to_all_single over NCCL.
 Spawns 2 ranks on 2 GPUs (no torchrun). The setting is DeepEP's low-latency
 one: 128 tokens per rank, top-8 of 256 experts, FP8 dispatch (e4m3 with
 per-128-channel float scales), BF16 combine; hidden 7168 and 4096 (--hidden).
-For mep it times each call eagerly and as a replay of a CUDA graph holding
-that one call (no Python overhead); for NCCL, what a user of
+For mep it times each call eagerly, as a replay of a CUDA graph holding
+that one call (no Python overhead), and as a replay of a graph holding 10
+calls in a row (time / 10: no skew between the ranks' start times); for NCCL, what a user of
 all_to_all_single needs for the same result: quantising to FP8, ordering the
 token copies by expert, exchanging the counts (all_to_all_single of counts,
 and the host reading them for the split sizes), the exchange, and the
@@ -119,11 +120,11 @@ class NcclPath:
         return out.to(torch.bfloat16)
 
 
-def graph_of(fn):
-    """A CUDA graph of one call of fn (after 3 warm-up calls on a side
-    stream, as torch asks). thread_local capture mode: other threads' CUDA
-    calls during the capture (mep's TCP proxy thread, NCCL's watchdog) must
-    not invalidate it."""
+def graph_of(fn, calls=1):
+    """A CUDA graph of `calls` calls of fn in a row (after 3 warm-up calls
+    on a side stream, as torch asks). thread_local capture mode: other
+    threads' CUDA calls during the capture (mep's TCP proxy thread, NCCL's
+    watchdog) must not invalidate it."""
     import torch
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -134,7 +135,8 @@ def graph_of(fn):
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, capture_error_mode="thread_local"):
-        fn()
+        for _ in range(calls):
+            fn()
     torch.cuda.synchronize()
     return g
 
@@ -337,6 +339,14 @@ def sanity(rank, world, buf, ref, x, idx, w, X, idx_all, disp):
     return problem, y_mep, y_ref, handle, rhandle
 
 
+# Calls in a row in the back-to-back graph: the two ranks start each
+# replay at different times (each host launches it when its previous one
+# ended), and a one-call replay counts that skew in; calls in a row wait
+# for each other only through the data, as the layers of a decoding step
+# captured in one graph do.
+B2B = 10
+
+
 def bench_hidden(rank, world, hidden, args, dev):
     import torch
     import torch.distributed as dist
@@ -373,20 +383,21 @@ def bench_hidden(rank, world, hidden, args, dev):
     row["mep_combine_us"] = bc.time_op(comb, wu, it)
     dist.barrier()
     for key, fn in (("dispatch", disp), ("combine", comb)):
-        err = None
-        try:
-            gr = graph_of(fn)
-        except Exception as e:  # report the eager numbers anyway
-            gr, err = None, f"rank {rank}: {key}: {type(e).__name__}: {e}"
-        errs = agree(err)
-        if errs:
-            row.setdefault("graph_error", []).extend(errs)
-        else:
+        for calls, name in ((1, f"mep_{key}_graph_us"), (B2B, f"mep_{key}_b2b_us")):
+            err = None
+            try:
+                gr = graph_of(fn, calls)
+            except Exception as e:  # report the eager numbers anyway
+                gr, err = None, f"rank {rank}: {key}: {type(e).__name__}: {e}"
+            errs = agree(err)
+            if errs:
+                row.setdefault("graph_error", []).extend(errs)
+            else:
+                dist.barrier()
+                row[name] = bc.time_op(gr.replay, wu, it) / calls
+            del gr
+            torch.cuda.synchronize()
             dist.barrier()
-            row[f"mep_{key}_graph_us"] = bc.time_op(gr.replay, wu, it)
-        del gr
-        torch.cuda.synchronize()
-        dist.barrier()
     row["nccl_dispatch_us"] = bc.time_op(lambda: ref.dispatch(x, idx), wu, it)
     dist.barrier()
     row["nccl_combine_us"] = bc.time_op(lambda: ref.combine(y_ref, w, rhandle, T), wu, it)
@@ -431,16 +442,18 @@ def table(rows, world, args, copy_gbps):
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
     notes = []
-    lines = ["| hidden | op | mep us | mep graph us | nccl a2a us | nccl / mep graph | "
-             "mep graph GB/s | nccl GB/s |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| hidden | op | mep us | mep graph us | mep graph in a row us | nccl a2a us | "
+             "nccl / mep graph | mep graph GB/s | nccl GB/s |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         for op, nbytes in (("dispatch (fp8)", r["dispatch_bytes"]),
                            ("combine (bf16)", r["combine_bytes"])):
             key = op.split()[0]
-            m, mg, n = (r.get(f"mep_{key}_us"), r.get(f"mep_{key}_graph_us"),
-                        r.get(f"nccl_{key}_us"))
+            m, mg, mb, n = (r.get(f"mep_{key}_us"), r.get(f"mep_{key}_graph_us"),
+                            r.get(f"mep_{key}_b2b_us"), r.get(f"nccl_{key}_us"))
             best = mg or m
             lines.append(f"| {r['hidden']} | {op} | {f(m, '.1f')} | {f(mg, '.1f')} | "
+                         f"{f(mb, '.1f')} | "
                          f"{f(n, '.1f')} | {f(n / best if n and best else None, '.2f')} | "
                          f"{f(gbps(nbytes, best), '.1f')} | {f(gbps(nbytes, n), '.1f')} |")
         for e in r.get("graph_error", []):

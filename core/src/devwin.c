@@ -36,6 +36,10 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
   return no_cuda("mep_devwin_create");
 }
 
+int mep_devwin_drain(mep_devwin_t *win) {
+  return win ? no_cuda("mep_devwin_drain") : MEP_OK;
+}
+
 int mep_devwin_destroy(mep_devwin_t *win) {
   return win ? no_cuda("mep_devwin_destroy") : MEP_OK;
 }
@@ -412,25 +416,41 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
   return MEP_OK;
 }
 
-int mep_devwin_destroy(mep_devwin_t *w) {
-  if (!w) return MEP_OK;
-  int prev = -1, rc = MEP_OK;
+/* Stops the proxy after the commands kernels reserved so far (they
+ * finished, or the caller would not drain the window). */
+static int drain(mep_devwin_t *w, const char *fn) {
+  if (!w->proxy) return MEP_OK;
+  int rc = MEP_OK;
+  unsigned long long tail = 0;
+  cudaError_t e = cudaMemcpy(&tail, w->tail, sizeof tail,
+                             cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) {
+    rc = mep__cuda_err(e, "%s: reading the ring's tail", fn);
+    tail = 0;
+  }
+  int src = mep__proxy_stop(w->proxy, tail);
+  w->proxy = NULL;
+  if (!rc && src) rc = mep__err_wrap(src, "%s", fn);
+  return rc;
+}
+
+int mep_devwin_drain(mep_devwin_t *w) {
+  if (!w) return mep__err(MEP_ERR_INVALID, "mep_devwin_drain: NULL window");
+  int prev = -1;
   cudaGetDevice(&prev);
   cudaSetDevice(w->device);
-  if (w->proxy) {
-    /* what kernels reserved so far (they finished, or the caller would
-     * not free the window): the proxy carries it out before it stops */
-    unsigned long long tail = 0;
-    cudaError_t e = cudaMemcpy(&tail, w->tail, sizeof tail,
-                               cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) {
-      rc = mep__cuda_err(e, "mep_devwin_destroy: reading the ring's tail");
-      tail = 0;
-    }
-    int src = mep__proxy_stop(w->proxy, tail);
-    w->proxy = NULL;
-    if (!rc && src) rc = mep__err_wrap(src, "mep_devwin_destroy");
-  }
+  int rc = drain(w, "mep_devwin_drain");
+  if (prev >= 0) cudaSetDevice(prev);
+  cudaGetLastError();
+  return rc;
+}
+
+int mep_devwin_destroy(mep_devwin_t *w) {
+  if (!w) return MEP_OK;
+  int prev = -1;
+  cudaGetDevice(&prev);
+  cudaSetDevice(w->device);
+  int rc = drain(w, "mep_devwin_destroy");
   free_win(w);
   if (prev >= 0) cudaSetDevice(prev);
   cudaGetLastError();

@@ -2,26 +2,27 @@
 # Builds mep with CUDA on a GPU machine and runs every GPU test, then the
 # CUDA benchmark against NCCL when two GPUs are present. One script, so a
 # lent machine does it all in one go:
-#   tests/gpu/run.sh [--tests | --python | --ep]
-# (--tests: build and the C tests; --python: build if needed, the PyTorch
-# backend's test and the benchmark; --ep: the device window's and the EP
-# frontend's tests and benchmarks; a lent machine runs 10 minutes a call)
+#   tests/gpu/run.sh [--tests] [--python] [--ep] [--probe]
+# (none: all but --probe; --tests: build and the C tests; --python: the
+# PyTorch backend's test and the benchmark; --ep: the device window's and
+# the EP frontend's tests and benchmarks; --probe: the CUDA collectives'
+# timing probe; a lent machine runs 10 minutes a call)
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
 # none. Logs and tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
 # test and "N passed, N failed" at the end; exits 1 on any failure.
 # SKIP="name ..." leaves tests out; BENCH_ARGS go to scripts/bench-cuda.py.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-phase=all
+phases=
 for a in "$@"; do
   case $a in
-  --tests) phase=tests ;;     # the C tests only
-  --python) phase=python ;;   # the PyTorch test and the benchmark only
-  --ep) phase=ep ;;           # device window and EP tests, EP benchmarks
-  -h | --help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
+  --tests | --python | --ep | --probe) phases="$phases ${a#--}" ;;
+  -h | --help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
+[ -n "$phases" ] || phases="tests python ep"
+want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 out=${OUT:-/tmp/mep-gpu}
 mkdir -p "$out"
 # NVLink multicast stays off on shared machines.
@@ -69,7 +70,7 @@ t() { # name, timeout, command... ($SKIP: names not to run)
       done
   fi
 }
-if [ $phase = all ] || [ $phase = tests ]; then
+if want tests; then
   t devcoll 300 "$b/tests/gpu/devcoll_test"
   t nvlink-pair 120 "$b/tests/gpu/nvlink_pair" "$b/plugins/nvlink/libmep-transport-nvlink.so"
   t cuda-coll-staged-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path staged
@@ -83,7 +84,7 @@ if [ $phase = all ] || [ $phase = tests ]; then
   t cuda-coll-kernel-4ranks 300 "$b/tests/gpu/cuda_coll" -n 4 --path kernel
   t cuda-coll-big-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --big
 fi
-if [ $phase = all ] || [ $phase = python ]; then
+if want python; then
   t c10d-cuda 400 python3 tests/gpu/test_c10d_cuda.py
   if [ "$ngpu" -ge 2 ]; then
     t bench-cuda 200 python3 scripts/bench-cuda.py --json "$out/bench-cuda.json" \
@@ -91,7 +92,7 @@ if [ $phase = all ] || [ $phase = python ]; then
     [ -f "$out/bench-cuda.log" ] && cat "$out/bench-cuda.log"
   fi
 fi
-if [ $phase = all ] || [ $phase = ep ]; then
+if want ep; then
   t devwin-2ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
   t devwin-4ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 4
   t devwin-tcp-3ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/devwin/devwin_test" -n 3 --expect proxy
@@ -100,12 +101,26 @@ if [ $phase = all ] || [ $phase = ep ]; then
   t ep-cuda-tcp-2ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-3ranks-fault 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-tcp-2ranks-repeat 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
-  t ep-bench-2ranks 120 "$b/tests/gpu/ep/ep_bench" -n 2
-  [ -f "$out/ep-bench-2ranks.log" ] && cat "$out/ep-bench-2ranks.log"
+  eb="$b/tests/gpu/ep/ep_bench -n 2"
+  t ep-bench-2ranks 120 $eb
+  t ep-bench-split 120 $eb --split
+  t ep-bench-row 120 $eb --burst 10
+  # the same without the early receive launch (A/B)
+  t ep-bench-row-no-early 120 env MEP_EP_EARLY_RECV=0 $eb --burst 10
+  t ep-bench-trace 120 env MEP_EP_TRACE=1 $eb --iters 30 --burst 10
+  for f in "$out"/ep-bench-*.log; do echo "== $f"; cat "$f"; done
   if [ "$ngpu" -ge 2 ]; then
     t bench-ep 300 python3 scripts/bench-ep.py --json "$out/bench-ep.json" ${EP_BENCH_ARGS:-}
     [ -f "$out/bench-ep.log" ] && cat "$out/bench-ep.log"
   fi
+fi
+if want probe; then
+  # the host's cost per call against the kernels' own (a / b / c columns),
+  # and a small workspace (more rounds per launch)
+  t coll-probe 300 "$b/tests/gpu/coll_probe"
+  t coll-probe-small-ws 300 "$b/tests/gpu/coll_probe" --ws 4194304 \
+    --sizes 2M,8M,64M
+  for f in "$out"/coll-probe*.log; do echo "== $f"; cat "$f"; done
 fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -91,6 +91,15 @@ typedef struct mep_devwin mep_devwin_t;
 MEP_API int mep_devwin_create(mep_comm_t *comm, size_t bytes,
                               mep_devwin_t **out);
 
+/* Lets the proxy carry out every command kernels queued so far (bounded
+ * by the communicator's timeout), then stops it: later commands are not
+ * served. For a teardown in step: drain, a barrier of the group, then
+ * destroy, so that no rank's late put reaches a peer's freed host part.
+ * Call it only when no kernel using the window runs. Returns 0, or
+ * MEP_ERR_TIMEOUT (commands left undone) or MEP_ERR_SYSTEM; a window
+ * without a proxy, or one already drained, returns 0. */
+MEP_API int mep_devwin_drain(mep_devwin_t *win);
+
 /* Stops the proxy (commands still queued are carried out first, bounded
  * by the communicator's timeout), unmaps peers and frees both parts.
  * Local, not collective: peers must no longer write into this rank's

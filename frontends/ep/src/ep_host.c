@@ -41,8 +41,9 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
   }
   /* zero: a count word below (1 << 32) means "nothing yet" */
   memset(h->mem, 0, (size_t)b->lay.total);
-  for (size_t r = 0; r < R; r++) b->active[r] = 1;
-  int rc = mep_region_register(b->comm, h->mem, (size_t)b->lay.total,
+  int rc = mep__ep_initial_active(b, b->active);
+  if (!rc)
+    rc = mep_region_register(b->comm, h->mem, (size_t)b->lay.total,
                                MEP_MEM_HOST, &h->region);
   if (rc) {
     free(h->mem);
@@ -50,8 +51,11 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
     free(h);
     free(b->active);
     b->active = NULL;
-    return mep_set_error(rc, 1, "%s: registering the %llu-byte host buffer",
-                         fn, (unsigned long long)b->lay.total);
+    return rc == MEP_ERR_NOMEM
+               ? rc
+               : mep_set_error(rc, 1, "%s: registering the %llu-byte host "
+                               "buffer", fn,
+                               (unsigned long long)b->lay.total);
   }
   b->host = h;
   return 0;

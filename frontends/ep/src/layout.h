@@ -6,12 +6,19 @@
  *  - dispatch receive [2][L][R][T] messages of msg bytes:
  *    [int32 source token index | 12 bytes unused | data], data being
  *    H bf16, or H fp8 bytes followed by H / 128 float scales.
+ *    The CUDA path sends a token once per destination rank, not once per
+ *    expert: it uses the first [R][T] messages of each half ("token
+ *    rows", source s's token t at [s][t]) and says which token fills
+ *    each slot in the dispatch index.
  *  - dispatch counts [2][L][R] words: (seq << 32) | tokens, written by
  *    the source after its messages: "0 tokens" differs from "not yet".
+ *  - dispatch index [2][L][R][T] int32 (CUDA path): the source token of
+ *    slot i of local expert l from source s.
  *  - combine receive [2][E][T] rows of H bf16: expert e's output for this
  *    rank's token t.
  *  - combine flags [2][E] words: (seq << 32) | 1 from expert e's rank.
- *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, combine stage
+ *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
+ *    [T][MEP_EP_MAX_TOPK] int32, combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
  *    proxied (or CPU-path) send reads from.
  * [2]: calls alternate between two halves (seq & 1), so back-to-back calls
@@ -38,9 +45,11 @@ typedef struct mep_ep_layout {
   uint64_t msg;         /* bytes of one dispatch message */
   uint64_t disp_recv;   /* offsets of the areas */
   uint64_t disp_count;
+  uint64_t disp_index;
   uint64_t comb_recv;
   uint64_t comb_flag;
   uint64_t disp_stage;
+  uint64_t index_stage;
   uint64_t comb_stage;
   uint64_t total;       /* bytes of the whole */
 } mep_ep_layout_t;
@@ -65,12 +74,16 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   off = mep_ep_align(off + 2 * L * R * T * l->msg);
   l->disp_count = off;
   off = mep_ep_align(off + 2 * L * R * 8);
+  l->disp_index = off;
+  off = mep_ep_align(off + 2 * L * R * T * 4);
   l->comb_recv = off;
   off = mep_ep_align(off + 2 * E * T * 2 * H);
   l->comb_flag = off;
   off = mep_ep_align(off + 2 * E * 8);
   l->disp_stage = off;
   off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
+  l->index_stage = off;
+  off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * 4);
   l->comb_stage = off;
   off = mep_ep_align(off + L * R * T * 2 * H);
   l->total = off;
@@ -82,6 +95,18 @@ MEP_EP_HD uint64_t mep_ep_disp_msg(const mep_ep_layout_t *l, int half,
   uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
                    l->tokens + slot;
   return l->disp_recv + i * l->msg;
+}
+/* CUDA path: source src's token `token`, inside half's first [R][T]
+ * messages. */
+MEP_EP_HD uint64_t mep_ep_disp_token(const mep_ep_layout_t *l, int half,
+                                     int src, int token) {
+  return mep_ep_disp_msg(l, half, 0, src, token);
+}
+MEP_EP_HD uint64_t mep_ep_disp_index(const mep_ep_layout_t *l, int half,
+                                     int local_expert, int src, int slot) {
+  uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
+                   l->tokens + slot;
+  return l->disp_index + i * 4;
 }
 MEP_EP_HD uint64_t mep_ep_disp_count(const mep_ep_layout_t *l, int half,
                                      int local_expert, int src) {
@@ -101,6 +126,10 @@ MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
                                      int k) {
   return l->disp_stage +
          ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
+}
+MEP_EP_HD uint64_t mep_ep_index_stage(const mep_ep_layout_t *l, int token,
+                                      int k) {
+  return l->index_stage + ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * 4;
 }
 MEP_EP_HD uint64_t mep_ep_comb_stage(const mep_ep_layout_t *l,
                                      int local_expert, int row) {

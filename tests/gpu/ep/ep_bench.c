@@ -3,7 +3,7 @@
  * 7168, top-8, 256 experts, FP8 dispatch, BF16 combine.
  *
  *   ep_bench [-n ranks] [--tokens T] [--hidden H] [--experts E]
- *            [--topk K] [--iters N] [--bf16]
+ *            [--topk K] [--iters N] [--bf16] [--split] [--burst N]
  *
  * Each rank times every call with CUDA events on its stream (after 20
  * warm-up calls) and prints the median and the 90th percentile of
@@ -23,7 +23,7 @@
 #include "../gpu_probe.h"
 
 typedef struct opts {
-  int n, tokens, hidden, experts, topk, iters, bf16, split;
+  int n, tokens, hidden, experts, topk, iters, bf16, split, burst;
 } opts_t;
 
 #define WARMUP 20
@@ -48,6 +48,47 @@ static float pct(float *v, int n, double p) {
   qsort(v, (size_t)n, sizeof *v, cmp_float);
   int i = (int)(p * (n - 1) + 0.5);
   return v[i];
+}
+
+/* Queues one iteration (dispatch, then combine; as their two phases
+ * each with --split) with events ev[0..4] around and between them. */
+static int queue_one(int rank, mep_ep_buffer_t *ep, int split,
+                     cudaStream_t s, cudaEvent_t *ev,
+                     const mep_ep_dispatch_args_t *da,
+                     const mep_ep_dispatch_args_t *dp,
+                     const mep_ep_combine_args_t *ca,
+                     const mep_ep_combine_args_t *cp) {
+  CK(cudaEventRecord(ev[0], s), "record");
+  if (split) {
+    MEPCK(mep_ep_dispatch(ep, &dp[0]), "mep_ep_dispatch send");
+    CK(cudaEventRecord(ev[3], s), "record");
+    MEPCK(mep_ep_dispatch(ep, &dp[1]), "mep_ep_dispatch recv");
+  } else {
+    MEPCK(mep_ep_dispatch(ep, da), "mep_ep_dispatch");
+  }
+  CK(cudaEventRecord(ev[1], s), "record");
+  if (split) {
+    MEPCK(mep_ep_combine(ep, &cp[0]), "mep_ep_combine send");
+    CK(cudaEventRecord(ev[4], s), "record");
+    MEPCK(mep_ep_combine(ep, &cp[1]), "mep_ep_combine recv");
+  } else {
+    MEPCK(mep_ep_combine(ep, ca), "mep_ep_combine");
+  }
+  CK(cudaEventRecord(ev[2], s), "record");
+  return 0;
+}
+
+/* Iteration it's times from its (completed) events. */
+static int record_one(int rank, int split, cudaEvent_t *ev, int it,
+                      float *td, float *tc, float *const *tp) {
+  CK(cudaEventElapsedTime(&td[it], ev[0], ev[1]), "elapsed");
+  CK(cudaEventElapsedTime(&tc[it], ev[1], ev[2]), "elapsed");
+  if (!split) return 0;
+  CK(cudaEventElapsedTime(&tp[0][it], ev[0], ev[3]), "elapsed");
+  CK(cudaEventElapsedTime(&tp[1][it], ev[3], ev[1]), "elapsed");
+  CK(cudaEventElapsedTime(&tp[2][it], ev[1], ev[4]), "elapsed");
+  CK(cudaEventElapsedTime(&tp[3][it], ev[4], ev[2]), "elapsed");
+  return 0;
 }
 
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
@@ -118,8 +159,12 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
       .num_tokens = T, .num_topk = K, .out = out, .stream = s};
   /* --split: each call as its send and receive phases, timed apart
    * (events between them), to see where the time goes */
-  cudaEvent_t ev[5];
-  for (int i = 0; i < 5; i++) CK(cudaEventCreate(&ev[i]), "event");
+  /* --burst N: N iterations queued before the host waits, events
+   * between the calls: after the first, the ranks wait for each other
+   * only through the data (no skew of the hosts' start times) */
+  const int B = o->burst;
+  cudaEvent_t *evs = malloc(sizeof(cudaEvent_t) * 5 * (size_t)B);
+  for (int i = 0; i < 5 * B; i++) CK(cudaEventCreate(&evs[i]), "event");
   float *td = malloc(sizeof(float) * (size_t)o->iters);
   float *tc = malloc(sizeof(float) * (size_t)o->iters);
   float *tp[4];
@@ -130,33 +175,17 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   dp[1].flags |= MEP_EP_RECV;
   cp[0].flags |= MEP_EP_SEND;
   cp[1].flags |= MEP_EP_RECV;
-  for (int it = -WARMUP; it < o->iters; it++) {
-    CK(cudaEventRecord(ev[0], s), "record");
-    if (o->split) {
-      MEPCK(mep_ep_dispatch(ep, &dp[0]), "mep_ep_dispatch send");
-      CK(cudaEventRecord(ev[3], s), "record");
-      MEPCK(mep_ep_dispatch(ep, &dp[1]), "mep_ep_dispatch recv");
-    } else {
-      MEPCK(mep_ep_dispatch(ep, &da), "mep_ep_dispatch");
+  for (int it0 = -WARMUP; it0 < o->iters; it0 += B) {
+    for (int j = 0; j < B; j++)
+      if (queue_one(rank, ep, o->split, s, evs + 5 * j, &da, dp, &ca, cp))
+        return 1;
+    CK(cudaEventSynchronize(evs[5 * B - 3]), "sync");
+    for (int j = 0; j < B; j++) {
+      int it = it0 + j;
+      if (it >= 0 && it < o->iters &&
+          record_one(rank, o->split, evs + 5 * j, it, td, tc, tp))
+        return 1;
     }
-    CK(cudaEventRecord(ev[1], s), "record");
-    if (o->split) {
-      MEPCK(mep_ep_combine(ep, &cp[0]), "mep_ep_combine send");
-      CK(cudaEventRecord(ev[4], s), "record");
-      MEPCK(mep_ep_combine(ep, &cp[1]), "mep_ep_combine recv");
-    } else {
-      MEPCK(mep_ep_combine(ep, &ca), "mep_ep_combine");
-    }
-    CK(cudaEventRecord(ev[2], s), "record");
-    CK(cudaEventSynchronize(ev[2]), "sync");
-    if (it < 0) continue;
-    CK(cudaEventElapsedTime(&td[it], ev[0], ev[1]), "elapsed");
-    CK(cudaEventElapsedTime(&tc[it], ev[1], ev[2]), "elapsed");
-    if (!o->split) continue;
-    CK(cudaEventElapsedTime(&tp[0][it], ev[0], ev[3]), "elapsed");
-    CK(cudaEventElapsedTime(&tp[1][it], ev[3], ev[1]), "elapsed");
-    CK(cudaEventElapsedTime(&tp[2][it], ev[1], ev[4]), "elapsed");
-    CK(cudaEventElapsedTime(&tp[3][it], ev[4], ev[2]), "elapsed");
   }
   if (o->split)
     printf("rank %d: phases (median us): dispatch send %.1f, receive %.1f; "
@@ -174,10 +203,11 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   float dmed = pct(td, o->iters, 0.5), d90 = pct(td, o->iters, 0.9);
   float cmed = pct(tc, o->iters, 0.5), c90 = pct(tc, o->iters, 0.9);
   printf("rank %d: dispatch (%s) median %.1f us (p90 %.1f), %.1f GB/s; "
-         "combine (bf16) median %.1f us (p90 %.1f), %.1f GB/s%s\n", rank,
+         "combine (bf16) median %.1f us (p90 %.1f), %.1f GB/s%s%s\n", rank,
          o->bf16 ? "bf16" : "fp8", dmed * 1e3, d90 * 1e3,
          dbytes / (dmed * 1e-3) / 1e9, cmed * 1e3, c90 * 1e3,
          cbytes / (cmed * 1e-3) / 1e9,
+         B > 1 ? " (calls in a row)" : "",
          lost ? " (RANKS WERE CLEARED: a timeout)" : "");
   /* a rank is a forked child that ends with _exit (launch.c): stdout
    * into a file or pipe is fully buffered and would be dropped */
@@ -205,6 +235,8 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   free(tc);
   for (int i = 0; i < 4; i++) free(tp[i]);
   free(act);
+  for (int i = 0; i < 5 * B; i++) cudaEventDestroy(evs[i]);
+  free(evs);
   cudaStreamDestroy(s);
   return lost != 0 || rc < 0;
 }
@@ -218,17 +250,19 @@ static void set_device(int rank, void *arg) {
 static int usage(FILE *f, int code) {
   fprintf(f, "usage: ep_bench [-n ranks] [--tokens T] [--hidden H] "
              "[--experts E] [--topk K] [--iters N] [--bf16] [--split]\n"
+             "               [--burst N]\n"
              "Median latency of the EP CUDA path's dispatch (FP8, or BF16 "
              "with --bf16) and\ncombine (BF16); defaults: 2 ranks, 128 "
              "tokens, hidden 7168, 256 experts,\ntop-8, 200 iterations. "
              "--split also times each call's send and\nreceive phases "
-             "apart.\n");
+             "apart. --burst N queues N iterations before waiting\n(events "
+             "between the calls; default 1).\n");
   return code;
 }
 
 int main(int argc, char **argv) {
   opts_t o = {.n = 2, .tokens = 128, .hidden = 7168, .experts = 256,
-              .topk = 8, .iters = 200};
+              .topk = 8, .iters = 200, .burst = 1};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     int more = i + 1 < argc;
@@ -240,10 +274,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--iters") && more) o.iters = atoi(argv[++i]);
     else if (!strcmp(a, "--bf16")) o.bf16 = 1;
     else if (!strcmp(a, "--split")) o.split = 1;
+    else if (!strcmp(a, "--burst") && more) o.burst = atoi(argv[++i]);
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, 0);
     else return usage(stderr, 2);
   }
-  if (o.n < 1 || o.tokens < 1 || o.iters < 1 || o.topk < 1 ||
+  if (o.n < 1 || o.tokens < 1 || o.iters < 1 || o.topk < 1 || o.burst < 1 ||
       o.topk > MEP_EP_MAX_TOPK || o.experts < o.n || o.experts % o.n ||
       o.topk > o.experts || o.hidden < 128 || o.hidden % 128)
     return usage(stderr, 2);

@@ -114,4 +114,23 @@ __device__ __forceinline__ int mep_dev_signal(const mep_dev_win_t *w,
                           deadline_ns);
 }
 
+/* As mep_dev_signal, without its fence: for a caller that already made
+ * every write the signal covers visible at system scope (a
+ * __threadfence_system after them, in this thread or in one whose
+ * barrier or atomic this thread observed after a fence of its own), so
+ * that the threads of a block signal many peers at once instead of
+ * fencing one after another. */
+__device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
+                                                     int peer, uint64_t off,
+                                                     uint64_t value,
+                                                     uint64_t deadline_ns) {
+  if (w->kind[peer] == MEP_DEV_PTR) {
+    asm volatile("st.relaxed.sys.global.u64 [%0], %1;"
+                 :: "l"(w->peer[peer] + off), "l"(value) : "memory");
+    return 0;
+  }
+  return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
+                          deadline_ns);
+}
+
 #endif /* MEP_DEVICE_WIN_CUH */

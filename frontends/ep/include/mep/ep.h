@@ -96,14 +96,19 @@ MEP_API size_t mep_ep_size_hint(int max_tokens_per_rank, int hidden,
 
 /* Creates a buffer. Collective over `comm` (every rank, same config).
  * The buffer keeps `comm`, which must outlive it. Its own active_ranks
- * start all 1. Errors: MEP_ERR_INVALID (the message names the parameter
+ * start as the communicator's active set (0 for ranks that had left). Errors: MEP_ERR_INVALID (the message names the parameter
  * and the limit), MEP_ERR_UNSUPPORTED (MEP_EP_CUDA without a GPU or a
  * CUDA build), MEP_ERR_NOMEM, errors of the core. */
 MEP_API int mep_ep_buffer_create(mep_comm_t *comm, const mep_ep_config_t *cfg,
                                  mep_ep_buffer_t **out);
 
 /* Frees the buffer; for MEP_EP_CUDA after the work queued on it finished
- * (the caller synchronises its streams first). NULL: no-op. */
+ * (the caller synchronises its streams first). Call it on every rank:
+ * when a CUDA buffer's peers are reached through the proxy (a transport
+ * other than nvlink), it first lets the proxy carry out the messages the
+ * kernels queued and then waits for every active rank to get there too
+ * (up to the communicator's timeout), so that no late message reaches a
+ * peer's freed memory. NULL: no-op. */
 MEP_API int mep_ep_buffer_destroy(mep_ep_buffer_t *buf);
 
 /* The buffer's own active-rank array, int32 [size]: device memory for a

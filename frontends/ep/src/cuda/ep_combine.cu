@@ -29,6 +29,7 @@ namespace {
 /* send_threads is MEP__EP_WARP_THREADS (ep_cuda.c). */
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     comb_send(mep__ep_kcomb_t k) {
+  ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
   const mep_ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
@@ -43,9 +44,10 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   const int e = c.rank * L->local + el;
   __shared__ int s_on;
 
+  ep_trace(c, MEP__EP_CS, MEP__EP_T_START);
   if (threadIdx.x == 0) {
     ep_stage_gate(c, 1, deadline);
-    s_on = ep_active(c.active, s);
+    s_on = ep_live(c, s);
   }
   __syncthreads();
   const bool on = s_on != 0;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   /* the pair's last block signals: after every row of the pair, from any
    * block, was stored (mapped peer) or queued (proxy) */
   __syncthreads();
+  ep_trace(c, MEP__EP_CS, MEP__EP_T_MID);
   if (threadIdx.x == 0) {
     __threadfence_system();
     if (atomicAdd(k.pair_done + pair, 1u) == (unsigned)Y - 1) {
@@ -129,6 +132,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
   const int topk = k.num_topk;
   __shared__ const uint8_t *s_row[MEP_EP_STAGE_TOPK];
   __shared__ float s_w[MEP_EP_STAGE_TOPK];
+  ep_trace(c, MEP__EP_CR, MEP__EP_T_START);
 
   for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
     if ((int)threadIdx.x < topk) {
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
       if (e >= 0 && e < E) {
         int r = (int)(e / nl);
         uint64_t word;
-        if (ep_active(c.active, r)) {
+        if (ep_live(c, r)) {
           const uint64_t *f = (const uint64_t *)mep_dev_src(
               w, r, mep_ep_comb_flag(L, half, (int)e));
           if (ep_wait_word(f, seq, c.active, r, deadline, &word)) {
@@ -154,6 +158,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
       s_w[j] = wt;
     }
     __syncthreads(); /* the flags' acquires precede every row read */
+    if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
     uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
     for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
   for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < L->ranks;
        r += gridDim.x * blockDim.x) {
     uint64_t word;
-    if (!ep_active(c.active, r)) continue;
+    if (!ep_live(c, r)) continue;
     const uint64_t *f =
         (const uint64_t *)mep_dev_src(w, r, mep_ep_comb_flag(L, half, r * nl));
     if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
@@ -209,6 +214,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
 
   if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
     ep_finish(c, MEP__EP_CR, -1, seq);
+  ep_after_send();
 }
 
 } // namespace
@@ -223,6 +229,10 @@ extern "C" int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k,
 
 extern "C" int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k,
                                            void *stream) {
-  comb_recv<<<k->recv_blocks, k->recv_threads, 0, (cudaStream_t)stream>>>(*k);
-  return (int)cudaGetLastError();
+  return ep_launch_recv(comb_recv, dim3((unsigned)k->recv_blocks),
+                        k->recv_threads, k->c.early_recv, stream, *k);
+}
+
+extern "C" int mep__ep_combine_send_per_sm(int threads) {
+  return ep_blocks_per_sm(comb_send, threads);
 }

@@ -7,7 +7,9 @@
  * so calls can be captured in CUDA graphs. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "ep_cuda.h"
 #include "ep_impl.h"
@@ -25,13 +27,23 @@ struct mep__ep_cuda {
   const mep_dev_win_t *dwin; /* device */
   int has_proxy;
   int sms;
+  int early_recv;            /* receive kernels may start early (sm_90+) */
+  int cs_resident;           /* combine send blocks the GPU holds at once */
+  int dr_resident;           /* dispatch receive blocks, the same */
   void *mem;                 /* one allocation for the four below */
   mep__ep_dstate_t *st;
   int *slots;                /* [2][experts] */
   unsigned long long *ready; /* [local] */
   unsigned int *pair_done;   /* [local][ranks] */
   uint8_t *comb_buf;         /* the device part's combine stage */
+  mep__ep_trace_t trace;
 };
+
+/* An environment switch set to 0 (a diagnosis aid, docs/ep.md). */
+static int env_off(const char *name) {
+  const char *v = getenv(name);
+  return v && strcmp(v, "0") == 0;
+}
 
 static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
   return mep_set_error(code, 0, "mep_ep (CUDA path) on rank %d: %s: %s",
@@ -67,24 +79,32 @@ static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
 
 static int alloc_active(mep_ep_buffer_t *b) {
   size_t bytes = (size_t)b->size * sizeof(int32_t);
-  int32_t *ones = malloc(bytes);
-  if (!ones)
+  int32_t *first = malloc(bytes);
+  if (!first)
     return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_buffer_create: no memory "
                          "for %d active-rank flags", b->size);
-  for (int r = 0; r < b->size; r++) ones[r] = 1;
+  int rc = mep__ep_initial_active(b, first);
+  if (rc) {
+    free(first);
+    return rc;
+  }
   void *dev = NULL;
   cudaError_t e = cudaMalloc(&dev, bytes);
   if (e == cudaSuccess) {
     b->active = dev;
-    e = cudaMemcpy(dev, ones, bytes, cudaMemcpyHostToDevice);
+    e = cudaMemcpy(dev, first, bytes, cudaMemcpyHostToDevice);
   }
-  free(ones);
+  free(first);
   if (e != cudaSuccess)
     return cuda_fail(MEP_ERR_SYSTEM, e, "the active-rank array", b->rank);
   return 0;
 }
 
 static void free_all(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
+  if (cu->trace.host) {
+    (void)cudaDeviceSynchronize(); /* the last call's stamps are in */
+    mep__ep_trace_report(&cu->trace, b->rank);
+  }
   if (cu->win) mep_devwin_destroy(cu->win);
   if (cu->mem) cudaFree(cu->mem);
   if (b->active) cudaFree(b->active);
@@ -99,14 +119,22 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
                          "for the CUDA state");
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
+  int major = 0;
   if (e == cudaSuccess)
     e = cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (e != cudaSuccess) {
     free(cu);
     return cuda_fail(MEP_ERR_UNSUPPORTED, e, "no usable CUDA device",
                      b->rank);
   }
   if (cu->sms < 1) cu->sms = 1;
+  cu->early_recv = major >= 9 && !env_off("MEP_EP_EARLY_RECV");
+  cu->cs_resident =
+      cu->sms * mep__ep_combine_send_per_sm(EP_WARP_KERNEL_THREADS);
+  cu->dr_resident =
+      cu->sms * mep__ep_dispatch_recv_per_sm(EP_WARP_KERNEL_THREADS);
   int rc = mep_devwin_create(b->comm, (size_t)b->lay.total, &cu->win);
   if (rc) {
     free(cu);
@@ -117,6 +145,7 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
   cu->comb_buf = (uint8_t *)mep_devwin_dev_base(cu->win) + b->lay.comb_stage;
+  (void)mep__ep_trace_init(&cu->trace);
   rc = alloc_state(b, cu);
   if (!rc) rc = alloc_active(b);
   /* the state's memset ran on the legacy stream, which the caller's
@@ -131,8 +160,25 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   return 0;
 }
 
+/* With the proxy, peers' commands may still be on their way to this
+ * rank when its calls are done (a flag of an expert no token here
+ * named): every rank drains its proxy, then all meet, then free. */
+static void leave_in_step(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
+  if (!cu->has_proxy) return;
+  int rc = mep_devwin_drain(cu->win);
+  mep_req_t *req = NULL;
+  if (!rc) rc = mep_barrier(b->comm, &req);
+  if (!rc && req) rc = mep_req_wait(req, mep_comm_timeout_ms(b->comm));
+  mep_req_free(req);
+  if (rc < 0 && mep_log_get_level() >= MEP_LOG_WARN)
+    fprintf(stderr, "mep_ep_buffer_destroy on rank %d: the ranks did not "
+            "leave in step (%s); a peer may still send to this buffer\n",
+            b->rank, mep_last_error());
+}
+
 void mep__ep_cuda_destroy(mep_ep_buffer_t *b) {
   if (!b->cuda) return;
+  leave_in_step(b, b->cuda);
   free_all(b, b->cuda);
   b->cuda = NULL;
 }
@@ -165,6 +211,8 @@ static void fill_common(mep_ep_buffer_t *b, const mep__ep_call_t *c,
   k->st = b->cuda->st;
   k->active = c->active;
   /* 2^62 ns is beyond any deadline that matters, and cannot overflow */
+  k->early_recv = b->cuda->early_recv && c->phases == 3;
+  k->trace = b->cuda->trace.dev;
   k->timeout_ns = c->timeout_us >= ((int64_t)1 << 62) / 1000
                       ? (uint64_t)1 << 62
                       : (uint64_t)c->timeout_us * 1000u;
@@ -223,20 +271,27 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   k.send_threads = row_threads(k.fp8 ? l->hidden / 16 : l->hidden / 8);
   k.send_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
   /* receive: enough blocks per expert to fill the GPU twice, not more
-   * than one warp per message would use */
+   * than one warp per (message, chunk) would use (ep_dispatch.cu) */
   int warps = EP_WARP_KERNEL_THREADS / 32;
   int64_t rows = (int64_t)l->ranks * l->tokens;
   int split = (2 * cu->sms + l->local - 1) / l->local;
-  int64_t need = (rows + warps - 1) / warps;
+  int64_t units = k.fp8 ? l->hidden / 16 : l->hidden / 8;
+  int64_t chunks = (units + MEP__EP_CHUNK_UNITS - 1) / MEP__EP_CHUNK_UNITS;
+  int64_t need = (rows * chunks + warps - 1) / warps;
   if (split > need) split = (int)need;
+  /* one wave (see disp_recv) */
+  if (cu->dr_resident > 0 && (int64_t)split * l->local > cu->dr_resident)
+    split = cu->dr_resident / l->local;
   k.recv_split = clampi(split, 1, EP_MAX_SPLIT);
   k.recv_threads = EP_WARP_KERNEL_THREADS;
 
   if (c->phases & 1) {
+    cu->trace.blocks[MEP__EP_DS] = k.send_blocks;
     rc = launched(b, mep__ep_launch_dispatch_send(&k, a->stream),
                   "mep_ep_dispatch: launching the send kernel");
     if (rc) return rc;
   }
+  cu->trace.blocks[MEP__EP_DR] = k.recv_split * l->local;
   if (c->phases & 2)
     rc = launched(b, mep__ep_launch_dispatch_recv(&k, a->stream),
                   "mep_ep_dispatch: launching the receive kernel");
@@ -282,6 +337,11 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   int64_t split = (2 * (int64_t)cu->sms + pairs - 1) / pairs;
   int64_t need = ((int64_t)l->tokens * chunks + warps - 1) / warps;
   if (split > need) split = need;
+  /* one wave: a block ends only once its remote stores are acknowledged
+   * (the fence before its signal), so blocks of a second wave would
+   * start late and leave the link idle meanwhile */
+  if (cu->cs_resident > 0 && split * pairs > cu->cs_resident)
+    split = cu->cs_resident / pairs;
   k.send_split = clampi((int)split, 1, EP_MAX_SPLIT);
   k.send_threads = EP_WARP_KERNEL_THREADS;
   /* receive: a block per token */
@@ -289,10 +349,12 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   k.recv_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
 
   if (c->phases & 1) {
+    cu->trace.blocks[MEP__EP_CS] = k.send_split * l->local * l->ranks;
     rc = launched(b, mep__ep_launch_combine_send(&k, a->stream),
                   "mep_ep_combine: launching the send kernel");
     if (rc) return rc;
   }
+  cu->trace.blocks[MEP__EP_CR] = k.recv_blocks;
   if (c->phases & 2)
     rc = launched(b, mep__ep_launch_combine_recv(&k, a->stream),
                   "mep_ep_combine: launching the receive kernel");

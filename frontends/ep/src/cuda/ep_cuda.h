@@ -50,7 +50,18 @@ typedef struct mep__ep_kcommon {
   mep__ep_dstate_t *st;      /* device */
   int32_t *active;           /* device [ranks], the call's */
   uint64_t timeout_ns;
+  /* the receive kernel is launched as a programmatic dependent of the
+   * send kernel of the same call (both phases, sm_90 and later): it
+   * starts while the send still runs (see ep_dev.cuh, ep_early_start) */
+  int early_recv;
+  /* MEP_EP_TRACE=1: %globaltimer stamps of each block of the last call
+   * of each kind, [kind][MEP__EP_TRACE_BLOCKS][4] (start, waited or work
+   * done, end of the last block); mapped host memory. NULL: off. */
+  uint64_t *trace;
 } mep__ep_kcommon_t;
+
+#define MEP__EP_TRACE_BLOCKS 1024
+enum { MEP__EP_T_START, MEP__EP_T_MID, MEP__EP_T_END, MEP__EP_T_FIELDS = 4 };
 
 typedef struct mep__ep_kdisp {
   mep__ep_kcommon_t c;
@@ -93,12 +104,28 @@ typedef struct mep__ep_kcomb {
   int recv_blocks, recv_threads;
 } mep__ep_kcomb_t;
 
+/* MEP_EP_TRACE (ep_trace.c): the stamps' memory, and the blocks of the
+ * last launch of each kind. */
+typedef struct mep__ep_trace {
+  uint64_t *host, *dev;
+  int blocks[MEP__EP_KINDS];
+} mep__ep_trace_t;
+/* Allocates the stamps when MEP_EP_TRACE=1 (else, or without mapped
+ * memory, leaves *t off); returns 0. */
+int mep__ep_trace_init(mep__ep_trace_t *t);
+/* Prints the last call's summary on stderr and frees the stamps. */
+void mep__ep_trace_report(mep__ep_trace_t *t, int rank);
+
 /* Each queues its kernel on `stream` and returns cudaGetLastError()'s code
  * (0: queued). */
 int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k, void *stream);
+/* Blocks of the combine send / dispatch receive kernel one SM holds at
+ * once with `threads` threads each (0: unknown). */
+int mep__ep_combine_send_per_sm(int threads);
+int mep__ep_dispatch_recv_per_sm(int threads);
 
 #ifdef __cplusplus
 }

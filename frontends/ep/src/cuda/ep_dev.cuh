@@ -65,8 +65,25 @@ __device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
   }
 }
 
+/* The block's threads bring row `t` (of `bytes`, t < n) of x into L2. */
+__device__ __forceinline__ void ep_prefetch_row(const void *x, int t, int n,
+                                                int bytes) {
+  if (t >= n) return;
+  const char *row = (const char *)x + (size_t)t * bytes;
+  for (int o = (int)threadIdx.x * 128; o < bytes; o += (int)blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+}
+
 __device__ __forceinline__ int32_t ep_active(const int32_t *active, int r) {
   return *(const volatile int32_t *)(active + r);
+}
+
+/* Rank r takes part in the call: active, and routed in the window (a
+ * rank that had left the group when the window was made has a proxy
+ * kind without a proxy; a caller's own active_ranks may still say 1). */
+__device__ __forceinline__ bool ep_live(const mep__ep_kcommon_t &c, int r) {
+  return ep_active(c.active, r) &&
+         (c.win->kind[r] == MEP_DEV_PTR || c.has_proxy);
 }
 
 /* A source missed its deadline: it is skipped from now on. */
@@ -121,6 +138,17 @@ __device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
     __nanosleep(128);
 }
 
+/* Thread 0 of a block stamps `field` of its block for kind (a diagnosis
+ * aid, ep_cuda.h: trace). */
+__device__ __forceinline__ void ep_trace(const mep__ep_kcommon_t &c,
+                                         int kind, int field) {
+  if (!c.trace || threadIdx.x) return;
+  unsigned b = blockIdx.x + blockIdx.y * gridDim.x;
+  if (b < MEP__EP_TRACE_BLOCKS)
+    c.trace[((size_t)kind * MEP__EP_TRACE_BLOCKS + b) * MEP__EP_T_FIELDS +
+            field] = mep_dev_now_ns();
+}
+
 /* Every block calls it once at its end (all threads): returns true in the
  * one block that finished last, after which every other block's writes
  * and atomics are visible to it. It resets the counter for the next
@@ -148,11 +176,64 @@ __device__ __forceinline__ void ep_finish(const mep__ep_kcommon_t &c,
                                           int seq_kind, int mark_kind,
                                           uint64_t seq) {
   __syncthreads();
+  ep_trace(c, seq_kind, MEP__EP_T_END);
   if (threadIdx.x == 0) {
     if (mark_kind >= 0 && c.has_proxy && c.win->ring_len)
       c.st->mark[mark_kind] = *(volatile unsigned long long *)c.win->ring_tail;
     *(volatile uint64_t *)&c.st->seq[seq_kind] = seq;
   }
+}
+
+/* Programmatic dependent launch (sm_90 and later). A send kernel lets
+ * the receive kernel queued after it start at once (every block says so
+ * at its start): the receiver needs nothing from this rank's send but
+ * what the signal words already order, so its blocks can wait for the
+ * peers' signals while the send runs, and one launch gap goes. The
+ * receive kernel waits for the send grid to finish before its own blocks
+ * exit, so the stream still sees the two in order. Without a programmatic
+ * launch both instructions return at once. */
+__device__ __forceinline__ void ep_early_start(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ep_after_send(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Queues a receive kernel, as a programmatic dependent of the kernel
+ * before it when `early`; returns cudaGetLastError()'s code. */
+template <typename K>
+static int ep_launch_recv(void (*kernel)(K), dim3 grid, int threads,
+                          int early, void *stream, const K &args) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3((unsigned)threads);
+  cfg.stream = (cudaStream_t)stream;
+  if (early) {
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args);
+  return (int)(e != cudaSuccess ? e : cudaGetLastError());
+}
+
+/* Blocks of `kernel` with `threads` threads one SM holds at once (0:
+ * unknown). */
+template <typename K>
+static int ep_blocks_per_sm(void (*kernel)(K), int threads) {
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 __device__ __forceinline__ uint64_t ep_seq(const mep__ep_kcommon_t &c,

@@ -2,11 +2,14 @@
  *
  * Send (one launch, a block per token at a time): the block's first
  * threads take a slot per top-k expert (an atomic counter per expert and
- * half), then all threads move the row to every destination at once:
- * bf16 as is, or FP8 codes and one float scale per 128 channels (a group
- * is 8 consecutive threads of a warp, 16 channels each). A message goes
- * straight into a mapped peer's window, or into this rank's host-part
- * stage followed by a proxy put. The block that finishes last sends every
+ * half) and write the token's index into that slot of the destination's
+ * dispatch index; then all threads move the row once to every
+ * destination rank (not once per expert: with few ranks a token names
+ * several experts of each, and NVLink bytes are the cost): bf16 as is,
+ * or FP8 codes and one float scale per 128 channels (a group is 8
+ * consecutive threads of a warp, 16 channels each). Rows and index words
+ * go straight into a mapped peer's window, or into this rank's host-part
+ * stages followed by proxy puts. The block that finishes last sends every
  * expert of every active rank its count word (seq << 32 | tokens), also
  * "0 tokens".
  *
@@ -15,7 +18,8 @@
  * deadline is cleared in active), lays the sources out in rank order,
  * writes layout_range and recv_count and publishes them to its sibling
  * blocks (ready[el] = seq); then all blocks of the expert copy the
- * messages out, a warp per message. A sibling only ever waits for block 0
+ * rows out, a warp per (expert, slot, chunk of the row), reading the
+ * token's row the index names. A sibling only ever waits for block 0
  * of its own expert, whose linear block index is lower (dispatched first),
  * and that wait has a deadline too. */
 #include <cuda_bf16.h>
@@ -137,6 +141,7 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
 }
 
 __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
+  ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
   const mep_ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
@@ -154,36 +159,67 @@ __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
   if (blockIdx.x == 0)
     for (int e = threadIdx.x; e < E; e += blockDim.x)
       k.slots[(size_t)(1 - half) * E + e] = 0;
-  if (threadIdx.x == 0) ep_stage_gate(c, 0, deadline);
+  ep_trace(c, MEP__EP_DS, MEP__EP_T_START);
+
+  /* The loads a token's sends wait for are issued here, together, rather
+   * than one after another: the first token's experts and row (into L2),
+   * and which ranks take part (s_live, dynamic shared memory of `ranks`
+   * bytes), which also brings the window's kind and peer words of every
+   * rank into L1 for mep_dev_dst. */
+  extern __shared__ uint8_t s_live[];
+  const int tid = threadIdx.x;
+  int64_t next_e = -1;
+  if (tid < topk && (int)blockIdx.x < k.num_tokens)
+    next_e = k.topk_idx[(size_t)blockIdx.x * topk + tid];
+  ep_prefetch_row(k.x, blockIdx.x, k.num_tokens, 2 * H);
+  for (int r = tid; r < L->ranks; r += blockDim.x)
+    s_live[r] = ep_live(c, r) &&
+                (w->kind[r] != MEP_DEV_PTR || w->peer[r] != nullptr);
+  if (tid == 0) ep_stage_gate(c, 0, deadline);
   __syncthreads();
 
   __shared__ uint8_t *s_ptr[MEP_EP_STAGE_TOPK];
+  __shared__ int s_dst[MEP_EP_STAGE_TOPK];
   __shared__ int s_any_proxy;
-  /* each of the first topk threads keeps its destination's offsets */
-  int my_dst = -1;
-  uint64_t my_off = 0, my_stage = 0;
+  /* each of the first topk threads keeps its expert and slot there */
+  int my_el = 0, my_slot = 0;
   for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
     if (threadIdx.x == 0) s_any_proxy = 0;
-    __syncthreads();
+    ep_prefetch_row(k.x, t + gridDim.x, k.num_tokens, 2 * H);
     if ((int)threadIdx.x < topk) {
-      int j = threadIdx.x;
-      int64_t e = k.topk_idx[(size_t)t * topk + j];
-      uint8_t *p = nullptr;
-      my_dst = -1;
-      if (e >= 0 && e < E && ep_active(c.active, (int)(e / nl))) {
+      int j = threadIdx.x, dst = -1;
+      int64_t e = next_e;
+      if (t + (int)gridDim.x < k.num_tokens)
+        next_e = k.topk_idx[(size_t)(t + gridDim.x) * topk + j];
+      if (e >= 0 && e < E && s_live[e / nl]) {
         int slot = atomicAdd(cnt + e, 1);
         /* more than T only with a token naming one expert twice: the
          * extra copies are dropped (the count is capped to T too) */
         if (slot < T) {
-          my_dst = (int)(e / nl);
-          my_off = mep_ep_disp_msg(L, half, (int)(e % nl), c.rank, slot);
-          my_stage = mep_ep_disp_stage(L, t, j);
-          p = mep_dev_dst(w, my_dst, my_off, my_stage);
-          if (w->kind[my_dst] != MEP_DEV_PTR) s_any_proxy = 1;
-          /* header: the token's index here, then 12 unused bytes */
-          ep_v16 h = {{(uint32_t)t, 0u, 0u, 0u}};
-          ep_st16(p, h);
+          dst = (int)(e / nl);
+          my_el = (int)(e % nl);
+          my_slot = slot;
         }
+      }
+      s_dst[j] = dst;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < topk) {
+      /* the token's row goes once to each rank, from the first of its
+       * experts there; every expert's slot gets the token's index */
+      int j = threadIdx.x, dst = s_dst[j];
+      uint8_t *p = nullptr;
+      if (dst >= 0) {
+        int first = 1;
+        for (int i = 0; i < j; i++) first &= s_dst[i] != dst;
+        int32_t *ix = (int32_t *)mep_dev_dst(
+            w, dst, mep_ep_disp_index(L, half, my_el, c.rank, my_slot),
+            mep_ep_index_stage(L, t, j));
+        *ix = t;
+        if (first)
+          p = mep_dev_dst(w, dst, mep_ep_disp_token(L, half, c.rank, t),
+                          mep_ep_disp_stage(L, t, j));
+        if (w->kind[dst] != MEP_DEV_PTR) s_any_proxy = 1;
       }
       s_ptr[j] = p;
     }
@@ -198,42 +234,67 @@ __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
      * nothing here: the count signal's fence covers them. */
     if (s_any_proxy) __threadfence_system();
     __syncthreads();
-    if ((int)threadIdx.x < topk && s_ptr[threadIdx.x])
-      (void)mep_dev_put(w, my_dst, my_off, my_stage, len, deadline);
-    __syncthreads(); /* s_ptr is rewritten for the next token */
+    if ((int)threadIdx.x < topk && s_dst[threadIdx.x] >= 0) {
+      int j = threadIdx.x, dst = s_dst[j];
+      (void)mep_dev_put(w, dst,
+                        mep_ep_disp_index(L, half, my_el, c.rank, my_slot),
+                        mep_ep_index_stage(L, t, j), 4, deadline);
+      if (s_ptr[j])
+        (void)mep_dev_put(w, dst, mep_ep_disp_token(L, half, c.rank, t),
+                          mep_ep_disp_stage(L, t, j), len, deadline);
+    }
+    __syncthreads(); /* s_ptr and s_dst are rewritten for the next token */
   }
 
+  ep_trace(c, MEP__EP_DS, MEP__EP_T_MID);
   if (!ep_last_block(&c.st->done[MEP__EP_DS], gridDim.x)) return;
-  /* every block's slots and puts are done: the counts are final */
+  /* every block's slots and puts are done: the counts are final, and
+   * every block's writes were fenced before its count (ep_last_block),
+   * which thread 0 here fenced again after seeing: the count words need
+   * no fence each */
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int dst = e / nl;
-    if (!ep_active(c.active, dst)) continue;
+    if (!s_live[dst]) continue;
     int n = __ldcg(cnt + e);
     if (n > T) n = T;
-    (void)mep_dev_signal(w, dst, mep_ep_disp_count(L, half, e % nl, c.rank),
-                         mep_ep_word(seq, (uint32_t)n), deadline);
+    (void)mep_dev_signal_fenced(w, dst,
+                                mep_ep_disp_count(L, half, e % nl, c.rank),
+                                mep_ep_word(seq, (uint32_t)n), deadline);
   }
   ep_finish(c, MEP__EP_DS, 0, seq);
 }
 
-/* A warp: message `slot` of source `src` for local expert el into output
- * row `row` of that expert. */
-__device__ __forceinline__ void recv_row(const mep__ep_kdisp_t &k, int half,
-                                         int el, int src, int slot,
-                                         int row) {
+/* 16-byte units of a received row, and the chunks of EP_COPY_BATCH units
+ * a warp copies in one go (all its loads in flight at once). */
+__device__ __forceinline__ int recv_units(const mep__ep_kdisp_t &k) {
+  return k.fp8 ? k.c.lay.hidden / 16 : k.c.lay.hidden / 8;
+}
+
+/* A warp: chunk `ch` of slot `slot` of source `src` for local expert el
+ * (the token the index names, from the source's token rows) into output
+ * row `row` of that expert; chunk 0 also moves the source token's index
+ * and the scales. */
+__device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
+                                           int half, int el, int src,
+                                           int slot, int row, int ch) {
   const mep_ep_layout_t *L = &k.c.lay;
   const int lane = threadIdx.x & 31, H = L->hidden;
   const size_t S = (size_t)L->ranks * L->tokens;
   const size_t orow = (size_t)el * S + row;
-  const uint8_t *m =
-      mep_dev_src(k.c.win, src, mep_ep_disp_msg(L, half, el, src, slot));
-  if (lane == 0) k.src_info[orow] = __ldcg((const int32_t *)m);
-  const uint8_t *data = m + MEP_EP_MSG_HEADER;
-  if (!k.fp8) {
-    ep_warp_copy<true>((uint8_t *)k.recv_x + orow * 2 * H, data, H / 8, lane);
-    return;
-  }
-  ep_warp_copy<true>((uint8_t *)k.recv_x + orow * H, data, H / 16, lane);
+  const int32_t *ix = (const int32_t *)mep_dev_src(
+      k.c.win, src, mep_ep_disp_index(L, half, el, src, slot));
+  const int t = __ldcg(ix); /* the same for every lane */
+  if (ch == 0 && lane == 0) k.src_info[orow] = t;
+  if (t < 0 || t >= L->tokens) return; /* cannot happen: the source wrote it */
+  const uint8_t *data = mep_dev_src(k.c.win, src,
+                                    mep_ep_disp_token(L, half, src, t)) +
+                        MEP_EP_MSG_HEADER;
+  const int nv = recv_units(k), v0 = ch * EP_COPY_BATCH;
+  const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
+  const size_t row_bytes = (size_t)nv * 16;
+  ep_warp_copy<true>((uint8_t *)k.recv_x + orow * row_bytes + (size_t)v0 * 16,
+                     data + (size_t)v0 * 16, cnv, lane);
+  if (!k.fp8 || ch != 0) return;
   const float *sc = (const float *)(data + H);
   const int G = H / 128;
   if (!k.ue8m0) {
@@ -264,7 +325,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
   int running = 0;
   for (int base = 0; base < R; base += blockDim.x) {
     int s = base + (int)threadIdx.x, n = 0, chunk = 0;
-    if (s < R && ep_active(c.active, s)) {
+    if (s < R && ep_live(c, s)) {
       const uint64_t *p = (const uint64_t *)mep_dev_src(
           c.win, s, mep_ep_disp_count(L, half, el, s));
       uint64_t word = 0;
@@ -282,8 +343,11 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
   return running;
 }
 
-/* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c). */
-__global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
+/* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c); three blocks an SM,
+ * so that the grid the host sizes (a few blocks per expert) is resident
+ * at once: a block that waits for the counts holds its SM, and blocks of
+ * a second wave would start only after the first ones' copies. */
+__global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     disp_recv(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
   const mep_ep_layout_t *L = &c.lay;
@@ -294,6 +358,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   const int R = L->ranks;
   __shared__ int s_ok;
 
+  ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
   if (y == 0) {
     int total = recv_layout(k, seq, half, el, deadline);
     if (threadIdx.x == 0) k.recv_count[el] = total;
@@ -321,37 +386,48 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     s_ok = r >= seq;
   }
   __syncthreads();
+  ep_trace(c, MEP__EP_DR, MEP__EP_T_MID);
 
   if (s_ok) {
     const int W = blockDim.x >> 5;
     const int gw = y * W + (int)(threadIdx.x >> 5), GW = Y * W;
     const int64_t *lr = k.layout_range + (size_t)el * R;
+    const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
     for (int s = 0; s < R; s++) {
       int64_t v = __ldcg(lr + s);
       int n = (int)(v >> 32), begin = (int)(uint32_t)v;
       if (n <= 0) continue;
-      /* rows of the whole expert go round-robin over its warps */
-      int first = ((gw - begin) % GW + GW) % GW;
-      for (int i = first; i < n; i += GW)
-        recv_row(k, half, el, s, i, begin + i);
+      /* the (row, chunk) items of the whole expert go round-robin over
+       * its warps */
+      const int64_t items = (int64_t)n * C;
+      int64_t first = ((gw - (int64_t)begin * C) % GW + GW) % GW;
+      for (int64_t j = first; j < items; j += GW)
+        recv_chunk(k, half, el, s, (int)(j / C), begin + (int)(j / C),
+                   (int)(j % C));
     }
   }
 
   if (ep_last_block(&c.st->done[MEP__EP_DR], gridDim.x * gridDim.y))
     ep_finish(c, MEP__EP_DR, -1, seq);
+  ep_after_send();
 }
 
 } // namespace
 
 extern "C" int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k,
                                             void *stream) {
-  disp_send<<<k->send_blocks, k->send_threads, 0, (cudaStream_t)stream>>>(*k);
+  disp_send<<<k->send_blocks, k->send_threads, (size_t)k->c.lay.ranks,
+              (cudaStream_t)stream>>>(*k);
   return (int)cudaGetLastError();
 }
 
 extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
                                             void *stream) {
   dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
-  disp_recv<<<grid, k->recv_threads, 0, (cudaStream_t)stream>>>(*k);
-  return (int)cudaGetLastError();
+  return ep_launch_recv(disp_recv, grid, k->recv_threads, k->c.early_recv,
+                        stream, *k);
+}
+
+extern "C" int mep__ep_dispatch_recv_per_sm(int threads) {
+  return ep_blocks_per_sm(disp_recv, threads);
 }
