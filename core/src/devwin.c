@@ -37,7 +37,8 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
 }
 
 int mep_devwin_drain(mep_devwin_t *win) {
-  return win ? no_cuda("mep_devwin_drain") : MEP_OK;
+  return win ? no_cuda("mep_devwin_drain")
+             : mep__err(MEP_ERR_INVALID, "mep_devwin_drain: NULL window");
 }
 
 int mep_devwin_destroy(mep_devwin_t *win) {

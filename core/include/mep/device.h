@@ -96,8 +96,9 @@ MEP_API int mep_devwin_create(mep_comm_t *comm, size_t bytes,
  * served. For a teardown in step: drain, a barrier of the group, then
  * destroy, so that no rank's late put reaches a peer's freed host part.
  * Call it only when no kernel using the window runs. Returns 0, or
- * MEP_ERR_TIMEOUT (commands left undone) or MEP_ERR_SYSTEM; a window
- * without a proxy, or one already drained, returns 0. */
+ * MEP_ERR_TIMEOUT (commands left undone), MEP_ERR_SYSTEM, or
+ * MEP_ERR_INVALID for NULL; a window without a proxy, or one already
+ * drained, returns 0. */
 MEP_API int mep_devwin_drain(mep_devwin_t *win);
 
 /* Stops the proxy (commands still queued are carried out first, bounded

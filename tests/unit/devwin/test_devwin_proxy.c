@@ -215,6 +215,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
     CHECK(w == NULL && strstr(mep_last_error(), "CUDA"), "'%s'",
           mep_last_error());
     CHECK_OK(mep_devwin_destroy(NULL));
+    CHECK_RC(mep_devwin_drain(NULL), MEP_ERR_INVALID);
   }
   if (c->mode == LEAVE && me == leaver) _exit(0); /* no goodbye */
   if (c->mode == LEAVE) {
