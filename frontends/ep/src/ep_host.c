@@ -24,8 +24,13 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
   const char *fn = "mep_ep_buffer_create";
   struct mep__ep_host *h = calloc(1, sizeof *h);
   size_t R = (size_t)b->size, E = (size_t)b->cfg.num_experts;
+  /* the shared layout, then this rank's index stage (ep_host.h) */
+  uint64_t stage = b->lay.total;
+  uint64_t bytes = mep_ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
+                                            (uint64_t)b->lay.tokens * 4);
   if (h) {
-    h->mem = aligned_alloc(MEP_EP_ALIGN, (size_t)b->lay.total);
+    h->index_stage = stage;
+    h->mem = aligned_alloc(MEP_EP_ALIGN, (size_t)bytes);
     h->counts = calloc(E, sizeof *h->counts);
     b->active = malloc(R * sizeof *b->active);
   }
@@ -37,14 +42,14 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
     b->active = NULL;
     return mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for the %llu "
                          "bytes of the CPU path's communication buffer", fn,
-                         (unsigned long long)b->lay.total);
+                         (unsigned long long)bytes);
   }
   /* zero: a count word below (1 << 32) means "nothing yet" */
-  memset(h->mem, 0, (size_t)b->lay.total);
+  memset(h->mem, 0, (size_t)bytes);
   int rc = mep__ep_initial_active(b, b->active);
   if (!rc)
-    rc = mep_region_register(b->comm, h->mem, (size_t)b->lay.total,
-                               MEP_MEM_HOST, &h->region);
+    rc = mep_region_register(b->comm, h->mem, (size_t)bytes, MEP_MEM_HOST,
+                             &h->region);
   if (rc) {
     free(h->mem);
     free(h->counts);
@@ -54,8 +59,7 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
     return rc == MEP_ERR_NOMEM
                ? rc
                : mep_set_error(rc, 1, "%s: registering the %llu-byte host "
-                               "buffer", fn,
-                               (unsigned long long)b->lay.total);
+                               "buffer", fn, (unsigned long long)bytes);
   }
   b->host = h;
   return 0;

@@ -1,10 +1,13 @@
-/* ep_host_dispatch.c - dispatch on the CPU path. Send: each (token, k)
- * becomes one message [token | pad | data] built in its stage slot and put
- * into the expert's rank at (half, expert, this rank, slot); then every
- * expert of every active rank gets its count word (seq, count), zero
- * counts included, so "0 tokens" differs from "not yet". Receive: the
- * count words of every (local expert, active source) under one deadline,
- * then the messages unpacked into the layouts of ep.h. */
+/* ep_host_dispatch.c - dispatch on the CPU path. Send: each token's row
+ * [token | pad | data] is built once in its stage slot and put once into
+ * every rank one of its experts lives on, at (half, this rank, token);
+ * each (token, expert) takes the expert's next slot, and the token's
+ * index goes into that slot of the index, staged per (rank, expert) and
+ * put as one block per expert; then every expert of every active rank
+ * gets its count word (seq, count), zero counts included, so "0 tokens"
+ * differs from "not yet". Receive: the count words of every (local
+ * expert, active source) under one deadline, then the rows the index
+ * names unpacked into the layouts of ep.h. */
 #include <string.h>
 
 #include "ep_fp8.h"
@@ -12,12 +15,12 @@
 
 static const char *const FN = "mep_ep_dispatch";
 
-/* Builds the message of token t for slot k in its stage; returns its
+/* Builds the message of token t in its stage slot (t, 0); returns its
  * length. */
 static size_t build_msg(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
-                        int t, int k) {
+                        int t) {
   size_t H = (size_t)b->cfg.hidden;
-  char *m = (char *)b->host->mem + mep_ep_disp_stage(&b->lay, t, k);
+  char *m = (char *)b->host->mem + mep_ep_disp_stage(&b->lay, t, 0);
   const uint16_t *x = (const uint16_t *)a->x + (size_t)t * H;
   int32_t t32 = t;
   memset(m, 0, MEP_EP_MSG_HEADER);
@@ -41,29 +44,74 @@ static size_t build_msg(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   return MEP_EP_MSG_HEADER + H + G * sizeof(float);
 }
 
+/* Token t's row to every active rank its experts live on, once each,
+ * and its index into each expert's next slot (staged; sent by
+ * send_index). */
+static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
+                      const mep__ep_call_t *c, int half, int t) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local, K = a->num_topk, T = b->cfg.max_tokens_per_rank;
+  int32_t *ix = (int32_t *)((char *)h->mem + h->index_stage);
+  int sent[MEP_EP_STAGE_TOPK], ns = 0;
+  size_t len = 0;
+  for (int k = 0; k < K; k++) {
+    int64_t e = a->topk_idx[(size_t)t * K + k];
+    int dst = (int)(e / L);
+    if (e < 0 || !c->active[dst]) continue;
+    /* more than T only with tokens naming one expert twice: the extra
+     * copies are dropped, as on the CUDA path */
+    if (h->counts[e] >= (uint32_t)T) continue;
+    uint32_t slot = h->counts[e]++;
+    ix[((size_t)dst * L + (size_t)(e % L)) * (size_t)T + slot] = t;
+    int seen = 0;
+    for (int i = 0; i < ns; i++) seen |= sent[i] == dst;
+    if (seen) continue;
+    sent[ns++] = dst;
+    if (!len) len = build_msg(b, a, t);
+    int rc = mep_put(b->comm, dst, h->region,
+                     mep_ep_disp_stage(&b->lay, t, 0), h->region,
+                     mep_ep_disp_token(&b->lay, half, b->rank, t), len);
+    if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+      return mep_set_error(rc, 1, "%s: sending token %d to rank %d", FN, t,
+                           dst);
+  }
+  return 0;
+}
+
+/* Each expert's index entries of this call, one put per expert with
+ * tokens. */
+static int send_index(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                      int half) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local;
+  size_t T = (size_t)b->cfg.max_tokens_per_rank;
+  for (int dst = 0; dst < b->size; dst++)
+    for (int el = 0; el < L && c->active[dst]; el++) {
+      uint32_t n = h->counts[dst * L + el];
+      if (!n) continue;
+      int rc = mep_put(b->comm, dst, h->region,
+                       h->index_stage + ((size_t)dst * L + el) * T * 4,
+                       h->region,
+                       mep_ep_disp_index(&b->lay, half, el, b->rank, 0),
+                       (size_t)n * 4);
+      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+        return mep_set_error(rc, 1, "%s: sending the index of expert %d to "
+                             "rank %d", FN, dst * L + el, dst);
+    }
+  return 0;
+}
+
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   struct mep__ep_host *h = b->host;
-  int L = b->lay.local, E = b->cfg.num_experts, K = a->num_topk;
+  int L = b->lay.local, E = b->cfg.num_experts;
   int half = (int)(seq & 1);
   int rc = mep__ep_host_flush(b, c, FN);
   if (rc) return rc;
   memset(h->counts, 0, sizeof *h->counts * (size_t)E);
   for (int t = 0; t < a->num_tokens; t++)
-    for (int k = 0; k < K; k++) {
-      int64_t e = a->topk_idx[(size_t)t * K + k];
-      int dst = (int)(e / L);
-      if (e < 0 || !c->active[dst]) continue;
-      uint32_t slot = h->counts[e]++;
-      size_t len = build_msg(b, a, t, k);
-      rc = mep_put(b->comm, dst, h->region, mep_ep_disp_stage(&b->lay, t, k),
-                   h->region,
-                   mep_ep_disp_msg(&b->lay, half, (int)(e % L), b->rank,
-                                   (int)slot), len);
-      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
-        return mep_set_error(rc, 1, "%s: sending token %d to expert %lld on "
-                             "rank %d", FN, t, (long long)e, dst);
-    }
+    if ((rc = send_token(b, a, c, half, t))) return rc;
+  if ((rc = send_index(b, c, half))) return rc;
   for (int dst = 0; dst < b->size; dst++)
     for (int el = 0; el < L && c->active[dst]; el++) {
       rc = mep_signal(b->comm, dst, h->region,
@@ -77,12 +125,10 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   return 0;
 }
 
-/* Writes row `row` of local expert el from message m. */
+/* Writes row `row` of local expert el from message m of source token t. */
 static void unpack(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
-                   int el, size_t row, const char *m) {
+                   int el, size_t row, int32_t t, const char *m) {
   size_t H = (size_t)b->cfg.hidden, S = (size_t)b->size * b->cfg.max_tokens_per_rank;
-  int32_t t;
-  memcpy(&t, m, sizeof t);
   a->recv_src_info[(size_t)el * S + row] = t;
   m += MEP_EP_MSG_HEADER;
   if (!(a->flags & MEP_EP_FP8)) {
@@ -141,10 +187,20 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
       }
       a->recv_layout_range[(size_t)el * R + src] =
           (int64_t)(((uint64_t)n << 32) | off);
-      for (uint32_t i = 0; i < n; i++)
-        unpack(b, a, el, off + i,
+      for (uint32_t i = 0; i < n; i++) {
+        int32_t t;
+        memcpy(&t, (const char *)h->mem +
+                       mep_ep_disp_index(&b->lay, half, el, src, (int)i),
+               sizeof t);
+        if (t < 0 || t >= T)
+          return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d's index "
+                               "names token %d for slot %u of expert %d "
+                               "(tokens are 0..%d)", FN, src, (int)t, i,
+                               b->rank * L + el, T - 1);
+        unpack(b, a, el, off + i, t,
                (const char *)h->mem +
-                   mep_ep_disp_msg(&b->lay, half, el, src, (int)i));
+                   mep_ep_disp_token(&b->lay, half, src, t));
+      }
       off += n;
     }
     a->recv_count[el] = (int32_t)off;

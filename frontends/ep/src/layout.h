@@ -3,22 +3,21 @@
  * on every rank. Plain C and CUDA (host and device).
  *
  * With R ranks, T = max tokens per rank, H = hidden, E experts, L = E / R:
- *  - dispatch receive [2][L][R][T] messages of msg bytes:
- *    [int32 source token index | 12 bytes unused | data], data being
- *    H bf16, or H fp8 bytes followed by H / 128 float scales.
- *    The CUDA path sends a token once per destination rank, not once per
- *    expert: it uses the first [R][T] messages of each half ("token
- *    rows", source s's token t at [s][t]) and says which token fills
- *    each slot in the dispatch index.
+ *  - dispatch receive [2][R][T] messages of msg bytes, source s's token
+ *    t at [s][t]: [int32 source token index | 12 bytes unused | data],
+ *    data being H bf16, or H fp8 bytes followed by H / 128 float scales.
+ *    A token goes once to each destination rank, not once per expert;
+ *    the dispatch index says which token fills each expert's slot.
  *  - dispatch counts [2][L][R] words: (seq << 32) | tokens, written by
  *    the source after its messages: "0 tokens" differs from "not yet".
- *  - dispatch index [2][L][R][T] int32 (CUDA path): the source token of
- *    slot i of local expert l from source s.
+ *  - dispatch index [2][L][R][T] int32: the source token of slot i of
+ *    local expert l from source s.
  *  - combine receive [2][E][T] rows of H bf16: expert e's output for this
  *    rank's token t.
  *  - combine flags [2][E] words: (seq << 32) | 1 from expert e's rank.
  *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
- *    [T][MEP_EP_MAX_TOPK] int32, combine stage
+ *    [T][MEP_EP_MAX_TOPK] int32 (CUDA path; the CPU path stages its
+ *    index after the layout, ep_host.h), combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
  *    proxied (or CPU-path) send reads from.
  * [2]: calls alternate between two halves (seq & 1), so back-to-back calls
@@ -71,7 +70,7 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   /* bf16 data is the larger: 2H >= H + H / 128 * 4 */
   l->msg = MEP_EP_MSG_HEADER + 2 * H;
   l->disp_recv = off;
-  off = mep_ep_align(off + 2 * L * R * T * l->msg);
+  off = mep_ep_align(off + 2 * R * T * l->msg);
   l->disp_count = off;
   off = mep_ep_align(off + 2 * L * R * 8);
   l->disp_index = off;
@@ -90,17 +89,10 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
 }
 
 /* Offsets of one item. `half` is seq & 1. */
-MEP_EP_HD uint64_t mep_ep_disp_msg(const mep_ep_layout_t *l, int half,
-                                   int local_expert, int src, int slot) {
-  uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
-                   l->tokens + slot;
-  return l->disp_recv + i * l->msg;
-}
-/* CUDA path: source src's token `token`, inside half's first [R][T]
- * messages. */
 MEP_EP_HD uint64_t mep_ep_disp_token(const mep_ep_layout_t *l, int half,
                                      int src, int token) {
-  return mep_ep_disp_msg(l, half, 0, src, token);
+  uint64_t i = ((uint64_t)half * l->ranks + src) * l->tokens + token;
+  return l->disp_recv + i * l->msg;
 }
 MEP_EP_HD uint64_t mep_ep_disp_index(const mep_ep_layout_t *l, int half,
                                      int local_expert, int src, int slot) {

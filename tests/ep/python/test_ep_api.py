@@ -19,9 +19,9 @@ def test_size_hint():
     T, H, R, E = 128, 7168, 2, 256
     L = E // R
     n = hint(T, H, R, E)
-    # dispatch receive [2][L][R][T] messages of >= 2H bytes, combine
-    # receive [2][E][T] rows of 2H bytes
-    assert n >= 2 * L * R * T * 2 * H + 2 * E * T * 2 * H
+    # dispatch receive [2][R][T] messages of >= 2H bytes, the dispatch
+    # index [2][L][R][T] int32, combine receive [2][E][T] rows of 2H bytes
+    assert n >= 2 * R * T * 2 * H + 2 * L * R * T * 4 + 2 * E * T * 2 * H
     assert hint(T + 1, H, R, E) > n and hint(T, H + 128, R, E) > n
     assert hint(T, H, R, 2 * E) > n
     assert hint(1, 128, 1, 1) > 0

@@ -27,6 +27,8 @@
  *
  * Within an expert, tokens are grouped by source rank in rank order; the
  * order among one source's tokens is unspecified (src_info names them).
+ * A token that names an expert twice reaches it twice; an expert takes
+ * at most max_tokens rows from one source, and copies beyond are dropped.
  *
  * FP8: per token and 128-channel group, scale = max(amax, 1e-4) / 448,
  * rounded up to a power of two with MEP_EP_ROUND_SCALE, and
