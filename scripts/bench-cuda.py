@@ -115,44 +115,39 @@ def peer_copy_gbps(nbytes=1 << 30):
 
 
 def rank_main(rank, world, port, args, results):
+    report_rank(rank, results, lambda: rank_rows(rank, world, port, args))
+
+
+def rank_rows(rank, world, port, args):
+    """One rank's measurements: {"rows": [...], "path": the mep path}."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
-    try:
-        import torch
-        import torch.distributed as dist
-        import mep
-        dev = torch.device("cuda", 0 if args.share_gpu else rank)
-        torch.cuda.set_device(dev)
-        timeout = datetime.timedelta(seconds=120)
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-        dist.init_process_group("mep", store=store, rank=rank, world_size=world,
-                                timeout=timeout)
-        ref = None if args.share_gpu else dist.new_group(backend="nccl")
-        path = mep.cuda_path()
-        rows = []
-        for op in args.ops:
-            for nbytes in sizes(args.max_bytes):
-                it = iters_for(nbytes, args.iters)
-                wu = max(2, min(args.warmup, it))
-                row = {"op": op, "bytes": nbytes}
-                for name, group in (("mep", None), ("nccl", ref)):
-                    if name == "nccl" and group is None:
-                        row[name] = None
-                        continue
-                    fn = make_call(op, group, world, nbytes, dev)
-                    row[name] = time_op(fn, wu, it)
-                    del fn
-                    torch.cuda.empty_cache()
-                rows.append(row)
-        results.put((rank, {"rows": rows, "path": path}))
-    except BaseException:
-        import traceback
-        results.put((rank, {"error": traceback.format_exc()}))
-    finally:
-        try:
-            results.close()
-            results.join_thread()
-        finally:
-            os._exit(0)
+    import torch
+    import torch.distributed as dist
+    import mep
+    dev = torch.device("cuda", 0 if args.share_gpu else rank)
+    torch.cuda.set_device(dev)
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    dist.init_process_group("mep", store=store, rank=rank, world_size=world,
+                            timeout=timeout)
+    ref = None if args.share_gpu else dist.new_group(backend="nccl")
+    path = mep.cuda_path()
+    rows = []
+    for op in args.ops:
+        for nbytes in sizes(args.max_bytes):
+            it = iters_for(nbytes, args.iters)
+            wu = max(2, min(args.warmup, it))
+            row = {"op": op, "bytes": nbytes}
+            for name, group in (("mep", None), ("nccl", ref)):
+                if name == "nccl" and group is None:
+                    row[name] = None
+                    continue
+                fn = make_call(op, group, world, nbytes, dev)
+                row[name] = time_op(fn, wu, it)
+                del fn
+                torch.cuda.empty_cache()
+            rows.append(row)
+    return {"rows": rows, "path": path}
 
 
 def fmt_size(b):
@@ -179,6 +174,26 @@ def table(rows, n):
                          f"{'-' if c is None else f'{c:.1f}'} | {ratio} | "
                          f"{bw(m)} | {bw(c)} |")
     return "\n".join(lines)
+
+
+def report_rank(rank, results, body, after=None):
+    """In a rank process: puts (rank, body()) on results, or (rank,
+    {"error": its traceback}) when body raises, then runs after() (if
+    any), and ends the process at once: os._exit, so that no teardown of
+    CUDA, NCCL or mep can hang a rank that has reported."""
+    try:
+        results.put((rank, body()))
+        if after:
+            after()
+    except BaseException:
+        import traceback
+        results.put((rank, {"error": traceback.format_exc()}))
+    finally:
+        try:
+            results.close()
+            results.join_thread()
+        finally:
+            os._exit(0)
 
 
 def run_ranks(name, rank_main, world, args):

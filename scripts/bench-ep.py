@@ -411,28 +411,28 @@ def bench_hidden(rank, world, hidden, args, dev):
 
 
 def rank_main(rank, world, port, args, results):
+    bc.report_rank(rank, results, lambda: rank_rows(rank, world, port, args),
+                   after=leave_group)
+
+
+def leave_group():
+    import torch.distributed as dist
+    dist.destroy_process_group()
+
+
+def rank_rows(rank, world, port, args):
+    """One rank's measurements: {"rows": [...]}."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
-    try:
-        import torch
-        import torch.distributed as dist
-        dev = torch.device("cuda", rank)
-        torch.cuda.set_device(dev)
-        timeout = datetime.timedelta(seconds=120)
-        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-        dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
-                                timeout=timeout, device_id=dev)
-        rows = [bench_hidden(rank, world, h, args, dev) for h in args.hidden]
-        results.put((rank, {"rows": rows}))
-        dist.destroy_process_group()
-    except BaseException:
-        import traceback
-        results.put((rank, {"error": traceback.format_exc()}))
-    finally:
-        try:
-            results.close()
-            results.join_thread()
-        finally:
-            os._exit(0)
+    import torch
+    import torch.distributed as dist
+    dev = torch.device("cuda", rank)
+    torch.cuda.set_device(dev)
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
+                            timeout=timeout, device_id=dev)
+    rows = [bench_hidden(rank, world, h, args, dev) for h in args.hidden]
+    return {"rows": rows}
 
 
 def table(rows, world, args, copy_gbps):
