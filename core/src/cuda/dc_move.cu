@@ -1,8 +1,9 @@
 /* dc_move.cu - the collectives that only move bytes: allgather, alltoall
  * and broadcast. Each rank stages what its peers need in its own
  * workspace, one barrier, then every rank copies what it needs from the
- * peers' workspaces. Blocks of ranks that are inactive or time out are
- * left untouched in the output. */
+ * peers' workspaces (alltoall overlaps that with staging its next round).
+ * Blocks of ranks that are inactive or time out are left untouched in the
+ * output. */
 #include "dc_host.h"
 
 /* Each kernel goes through the message in rounds of at most `per` bytes
@@ -31,32 +32,99 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
   dc_end(c, sb);
 }
 
+/* This block's share [off + lo, off + hi) of every rank's block in round
+ * k of an alltoall. */
+struct DcA2aRound {
+  size_t off, lo, hi;
+};
+
+__device__ __forceinline__ DcA2aRound dc_a2a_round(size_t bpr, size_t per,
+                                                   size_t k) {
+  DcA2aRound q;
+  q.off = k * per;
+  dc_range(min(bpr, per), min(per, bpr - q.off), 16, &q.lo, &q.hi);
+  return q;
+}
+
 /* Block r of send (at r * bpr) is staged at r * stride, stride being the
  * first round's piece rounded up to 16 bytes (every round alike, see
- * dc_range). */
+ * dc_range).
+ *
+ * Software pipeline, one barrier per round as in the other kernels: round
+ * 0 is staged (and our own block copied) before the loop; iteration k
+ * pulls round k from the peers' buffers of seq k while it stages round
+ * k + 1 in our buffer of seq k + 1 and copies our own block's round k + 1,
+ * all in one fused copy, then raises and waits for the barrier of round
+ * k + 1. So the local copies overlap the NVLink reads.
+ *
+ * Why staging round k + 1 may overwrite the buffer of round k - 1: every
+ * peer read round k - 1 from it before it raised its flag of round k, and
+ * we passed that barrier. For k = 0 it is the previous launch's last
+ * round, which peers pull with no barrier after it; but they raise round
+ * 0's flag of this launch only after that launch ended (stream order), and
+ * this launch's round 0 stages into the other buffer. Each round keeps
+ * exactly one barrier, so the launch's rounds and its successor's chain.
+ *
+ * In place (send == recv) our own block needs no copy, and a peer's block
+ * in send is overwritten by the pulls into recv; but only after the same
+ * block staged those bytes (the pull of round k writes [off_k, off_k +
+ * per) of each block, the stage of round k + 1 reads [off_k + per, ...)):
+ * no byte is written before it was read. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_k_alltoall(DcCtx c, const char *send, char *recv, size_t bpr,
                   size_t per, size_t stride) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
-  const size_t n0 = min(bpr, per);
+  const size_t rounds = bpr / per + (bpr % per != 0);
   const size_t mine = c.rank * bpr;
+  const bool in_place = send == recv;
   unsigned int live = sb.start_mask;
-  for (size_t off = 0, k = 0; off < bpr; off += per, ++k) {
-    dc_round(sb, k);
-    size_t lo, hi;
-    dc_range(n0, min(per, bpr - off), 16, &lo, &hi);
-    char *stage = dc_buf(c, sb, c.rank);
-    for (int r = 0; r < c.nranks; ++r)
-      if (r != c.rank && ((live >> r) & 1u))
-        dc_copy(stage + r * stride + lo, send + r * bpr + off + lo, hi - lo);
-    if (send != recv)
-      dc_copy(recv + mine + off + lo, send + mine + off + lo, hi - lo);
-    live = dc_barrier(c, sb, 0, live);
-    for (int r = 0; r < c.nranks; ++r)
-      if (r != c.rank && ((live >> r) & 1u))
-        dc_copy(recv + r * bpr + off + lo,
-                dc_buf(c, sb, r) + c.rank * stride + lo, hi - lo);
+  dc_round(sb, 0);
+  DcA2aRound cur = dc_a2a_round(bpr, per, 0);
+  char *stage = dc_buf_seq(c, sb, c.rank, sb.base);
+  for (int r = 0; r < c.nranks; ++r)
+    if (r != c.rank && ((live >> r) & 1u))
+      dc_copy(stage + r * stride + cur.lo, send + r * bpr + cur.off + cur.lo,
+              cur.hi - cur.lo);
+  if (!in_place)
+    dc_copy(recv + mine + cur.off + cur.lo, send + mine + cur.off + cur.lo,
+            cur.hi - cur.lo);
+  live = dc_barrier(c, sb, 0, live);
+  for (size_t k = 0; k < rounds; ++k) {
+    const bool more = k + 1 < rounds;
+    DcA2aRound nxt = cur;
+    if (more) nxt = dc_a2a_round(bpr, per, k + 1);
+    stage = dc_buf_seq(c, sb, c.rank, sb.base + k + 1);
+    const DcSpan own = {recv + mine + nxt.off + nxt.lo,
+                        send + mine + nxt.off + nxt.lo, nxt.hi - nxt.lo};
+    bool own_left = more && !in_place;
+    for (int r = 0; r < c.nranks; ++r) {
+      if (r == c.rank || !((live >> r) & 1u)) continue;
+      const DcSpan pull = {recv + r * bpr + cur.off + cur.lo,
+                           dc_buf_seq(c, sb, r, sb.base + k) +
+                               c.rank * stride + cur.lo,
+                           cur.hi - cur.lo};
+      if (!more) {
+        dc_copy(pull.dst, pull.src, pull.n);
+        continue;
+      }
+      const DcSpan put = {stage + r * stride + nxt.lo,
+                          send + r * bpr + nxt.off + nxt.lo, nxt.hi - nxt.lo};
+      if (own_left) {
+        const DcSpan s[3] = {pull, put, own};
+        dc_copy_spans(s);
+        own_left = false;
+      } else {
+        const DcSpan s[2] = {pull, put};
+        dc_copy_spans(s);
+      }
+    }
+    if (own_left) dc_copy(own.dst, own.src, own.n); /* no live peer */
+    if (more) {
+      dc_round(sb, k + 1);
+      live = dc_barrier(c, sb, 0, live);
+      cur = nxt;
+    }
   }
   dc_end(c, sb);
 }

@@ -96,10 +96,16 @@ __device__ __forceinline__ unsigned long long *dc_flag(char *ws, int block,
   return (unsigned long long *)(ws + DC_FLAG_OFF) + block * DC_NPHASE + phase;
 }
 
-/* The data buffer this launch uses in rank r's workspace. */
+/* The data buffer of round `seq` in rank r's workspace. */
+__device__ __forceinline__ char *dc_buf_seq(const DcCtx &c, const DcBlock &sb,
+                                            int r, unsigned long long seq) {
+  return sb.ws[r] + DC_FLAGS_BYTES + (size_t)(seq & 1) * c.buf_bytes;
+}
+
+/* The data buffer of the current round in rank r's workspace. */
 __device__ __forceinline__ char *dc_buf(const DcCtx &c, const DcBlock &sb,
                                         int r) {
-  return sb.ws[r] + DC_FLAGS_BYTES + (size_t)(sb.seq & 1) * c.buf_bytes;
+  return dc_buf_seq(c, sb, r, sb.seq);
 }
 
 /* Reads the launch counter and the active set. active[] is mapped host
@@ -303,6 +309,72 @@ __device__ __forceinline__ void dc_copy2(char *dst, char *dst2,
 __device__ __forceinline__ void dc_copy(char *dst, const char *src,
                                         size_t n) {
   dc_copy2(dst, nullptr, src, n);
+}
+
+/* One of the copies dc_copy_spans does together. */
+struct DcSpan {
+  char *dst;
+  const char *src;
+  size_t n;
+};
+
+/* 16-byte words each thread has in flight over all spans of a fused copy
+ * (4 per span for 3 spans): more would spill under DC_THREADS threads. */
+#define DC_FUSE_WORDS 12
+
+/* The first `words` 16-byte words of every span of sp: each thread loads
+ * its words of all spans before it stores any. */
+template <int S>
+__device__ __forceinline__ void dc_copy_fused(const DcSpan (&sp)[S],
+                                              size_t words) {
+  constexpr int U = DC_FUSE_WORDS / S;
+  const size_t bd = blockDim.x;
+  size_t i = threadIdx.x;
+  for (; i + (U - 1) * bd < words; i += U * bd) {
+    uint4 v[S][U];
+#pragma unroll
+    for (int j = 0; j < S; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        v[j][u] = __ldcg((const uint4 *)sp[j].src + i + u * bd);
+#pragma unroll
+    for (int j = 0; j < S; ++j)
+#pragma unroll
+      for (int u = 0; u < U; ++u) ((uint4 *)sp[j].dst)[i + u * bd] = v[j][u];
+  }
+  for (; i < words; i += bd) {
+    uint4 v[S];
+#pragma unroll
+    for (int j = 0; j < S; ++j) v[j] = __ldcg((const uint4 *)sp[j].src + i);
+#pragma unroll
+    for (int j = 0; j < S; ++j) ((uint4 *)sp[j].dst)[i] = v[j];
+  }
+}
+
+/* Block-cooperative copy of S spans at once, so that a slow one (a peer's
+ * memory) overlaps the others instead of adding to them. When every
+ * pointer is 16-byte aligned, the words all spans have go together; the
+ * rest of each span (or all of it when a pointer is not aligned) goes
+ * through dc_copy, one span after the other. A span may be empty or copy
+ * onto itself, but no span's dst may overlap another span's src or dst:
+ * a thread's loads of one span do not wait for other threads' stores. */
+template <int S>
+__device__ __forceinline__ void dc_copy_spans(const DcSpan (&sp)[S]) {
+  uintptr_t a = 0;
+  size_t words = (size_t)-1;
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+    a |= (uintptr_t)sp[j].dst | (uintptr_t)sp[j].src;
+    words = min(words, sp[j].n / 16);
+  }
+  size_t done = 0;
+  if ((a & 15) == 0 && words > 0) {
+    dc_copy_fused<S>(sp, words);
+    done = words * 16;
+  }
+#pragma unroll
+  for (int j = 0; j < S; ++j)
+    dc_copy(sp[j].dst + done, sp[j].src + done, sp[j].n - done);
 }
 
 #endif
