@@ -105,8 +105,11 @@ if want ep; then
   t ep-bench-2ranks 120 $eb
   t ep-bench-split 120 $eb --split
   t ep-bench-row 120 $eb --burst 10
-  # the same without the early receive launch (A/B)
+  # the same without the early receive launch, with combines that push
+  # instead of pulling, and from the zero-copy buffer (A/B)
   t ep-bench-row-no-early 120 env MEP_EP_EARLY_RECV=0 $eb --burst 10
+  t ep-bench-row-push 120 env MEP_EP_COMBINE_PULL=0 $eb --burst 10
+  t ep-bench-row-zero-copy 120 $eb --burst 10 --zero-copy
   t ep-bench-trace 120 env MEP_EP_TRACE=1 $eb --iters 30 --burst 10
   for f in "$out"/ep-bench-*.log; do echo "== $f"; cat "$f"; done
   if [ "$ngpu" -ge 2 ]; then

@@ -17,7 +17,8 @@
  *    lands the bytes in the peer's host part at the destination offset.
  * The inline device functions of mep/device/win.cuh hide the kinds:
  * kernels call mep_dev_dst / mep_dev_put / mep_dev_signal for sends and
- * mep_dev_src for where a source's bytes land here, and never test a kind.
+ * mep_dev_src for where a source's bytes land here, and never test a kind
+ * (mep_dev_peer_src, a mapped peer's own bytes, is NULL for the others).
  *
  * This header is plain C: host code includes it for the API, CUDA code
  * for the descriptor layout (and mep/device/win.cuh for the functions).

@@ -73,7 +73,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
     for (int el = 0; el < L && c->active[src]; el++) {
       rc = mep_signal(b->comm, src, h->region,
                       mep_ep_comb_flag(&b->lay, half, b->rank * L + el),
-                      mep_ep_word(seq, 1), MEP_SIGNAL_SET);
+                      mep_ep_word(seq, MEP_EP_COMB_PUSHED), MEP_SIGNAL_SET);
       if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
         return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
     }

@@ -14,12 +14,19 @@
  *    local expert l from source s.
  *  - combine receive [2][E][T] rows of H bf16: expert e's output for this
  *    rank's token t.
- *  - combine flags [2][E] words: (seq << 32) | 1 from expert e's rank.
+ *  - combine flags [2][E] words: (seq << 32) | how, from expert e's rank;
+ *    how says where the rows are (MEP_EP_COMB_PUSHED, MEP_EP_COMB_PULL).
+ *  - combine map [2][E][T] int32 (CUDA path, pull): the row of expert e's
+ *    outputs on its rank (an index into that rank's combine stage of e)
+ *    that holds token t's output here.
+ *  - combine read-done [R] words: the last combine whose rows source s
+ *    has finished reading from this rank (CUDA path, pull).
  *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
  *    [T][MEP_EP_MAX_TOPK] int32 (CUDA path; the CPU path stages its
  *    index after the layout, ep_host.h), combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
- *    proxied (or CPU-path) send reads from.
+ *    proxied (or CPU-path) send reads from, and (device part) where mapped
+ *    peers pull expert outputs from.
  * [2]: calls alternate between two halves (seq & 1), so back-to-back calls
  * need no cleaning; seq counts dispatch calls and combine calls apart,
  * from 1. */
@@ -38,6 +45,11 @@
 #define MEP_EP_MSG_HEADER 16u
 #define MEP_EP_ALIGN 4096u
 #define MEP_EP_STAGE_TOPK 16u /* = MEP_EP_MAX_TOPK of ep.h */
+/* The low half of a combine flag: the rows of expert e for this rank are
+ * in this rank's combine receive area (pushed), or in the combine stage
+ * of e's rank at the rows the combine map names (pull). */
+#define MEP_EP_COMB_PUSHED 1u
+#define MEP_EP_COMB_PULL 2u
 
 typedef struct mep_ep_layout {
   int ranks, tokens, hidden, experts, local; /* R, T, H, E, L */
@@ -47,6 +59,8 @@ typedef struct mep_ep_layout {
   uint64_t disp_index;
   uint64_t comb_recv;
   uint64_t comb_flag;
+  uint64_t comb_map;
+  uint64_t comb_done;
   uint64_t disp_stage;
   uint64_t index_stage;
   uint64_t comb_stage;
@@ -79,6 +93,10 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   off = mep_ep_align(off + 2 * E * T * 2 * H);
   l->comb_flag = off;
   off = mep_ep_align(off + 2 * E * 8);
+  l->comb_map = off;
+  off = mep_ep_align(off + 2 * E * T * 4);
+  l->comb_done = off;
+  off = mep_ep_align(off + R * 8);
   l->disp_stage = off;
   off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
   l->index_stage = off;
@@ -113,6 +131,14 @@ MEP_EP_HD uint64_t mep_ep_comb_row(const mep_ep_layout_t *l, int half,
 MEP_EP_HD uint64_t mep_ep_comb_flag(const mep_ep_layout_t *l, int half,
                                     int expert) {
   return l->comb_flag + ((uint64_t)half * l->experts + expert) * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_map(const mep_ep_layout_t *l, int half,
+                                   int expert, int token) {
+  uint64_t i = ((uint64_t)half * l->experts + expert) * l->tokens + token;
+  return l->comb_map + i * 4;
+}
+MEP_EP_HD uint64_t mep_ep_comb_done(const mep_ep_layout_t *l, int src) {
+  return l->comb_done + (uint64_t)src * 8;
 }
 MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
                                      int k) {

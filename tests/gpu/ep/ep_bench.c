@@ -4,6 +4,7 @@
  *
  *   ep_bench [-n ranks] [--tokens T] [--hidden H] [--experts E]
  *            [--topk K] [--iters N] [--bf16] [--split] [--burst N]
+ *            [--zero-copy]
  *
  * Each rank times every call with CUDA events on its stream (after 20
  * warm-up calls) and prints the median and the 90th percentile of
@@ -23,7 +24,7 @@
 #include "../gpu_probe.h"
 
 typedef struct opts {
-  int n, tokens, hidden, experts, topk, iters, bf16, split, burst;
+  int n, tokens, hidden, experts, topk, iters, bf16, split, burst, zcopy;
 } opts_t;
 
 #define WARMUP 20
@@ -153,10 +154,14 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
       .num_topk = K, .flags = dflags, .recv_x = recv_x,
       .recv_scales = o->bf16 ? NULL : scales, .recv_src_info = si,
       .recv_layout_range = lr, .recv_count = cnt, .stream = s};
+  /* --zero-copy: the experts' outputs are already in the combine
+   * buffer (what they hold does not matter to the timing) */
   mep_ep_combine_args_t ca = {
-      .struct_size = sizeof ca, .x = comb_x, .topk_idx = idx,
+      .struct_size = sizeof ca,
+      .x = o->zcopy ? mep_ep_combine_buffer(ep) : comb_x, .topk_idx = idx,
       .topk_weights = w, .src_info = si, .layout_range = lr,
-      .num_tokens = T, .num_topk = K, .out = out, .stream = s};
+      .num_tokens = T, .num_topk = K,
+      .flags = o->zcopy ? MEP_EP_ZERO_COPY : 0, .out = out, .stream = s};
   /* --split: each call as its send and receive phases, timed apart
    * (events between them), to see where the time goes */
   /* --burst N: N iterations queued before the host waits, events
@@ -203,9 +208,10 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   float dmed = pct(td, o->iters, 0.5), d90 = pct(td, o->iters, 0.9);
   float cmed = pct(tc, o->iters, 0.5), c90 = pct(tc, o->iters, 0.9);
   printf("rank %d: dispatch (%s) median %.1f us (p90 %.1f), %.1f GB/s; "
-         "combine (bf16) median %.1f us (p90 %.1f), %.1f GB/s%s%s\n", rank,
+         "combine (bf16%s) median %.1f us (p90 %.1f), %.1f GB/s%s%s\n", rank,
          o->bf16 ? "bf16" : "fp8", dmed * 1e3, d90 * 1e3,
-         dbytes / (dmed * 1e-3) / 1e9, cmed * 1e3, c90 * 1e3,
+         dbytes / (dmed * 1e-3) / 1e9, o->zcopy ? ", zero-copy" : "",
+         cmed * 1e3, c90 * 1e3,
          cbytes / (cmed * 1e-3) / 1e9,
          B > 1 ? " (calls in a row)" : "",
          lost ? " (RANKS WERE CLEARED: a timeout)" : "");
@@ -250,13 +256,14 @@ static void set_device(int rank, void *arg) {
 static int usage(FILE *f, int code) {
   fprintf(f, "usage: ep_bench [-n ranks] [--tokens T] [--hidden H] "
              "[--experts E] [--topk K] [--iters N] [--bf16] [--split]\n"
-             "               [--burst N]\n"
+             "               [--burst N] [--zero-copy]\n"
              "Median latency of the EP CUDA path's dispatch (FP8, or BF16 "
              "with --bf16) and\ncombine (BF16); defaults: 2 ranks, 128 "
              "tokens, hidden 7168, 256 experts,\ntop-8, 200 iterations. "
              "--split also times each call's send and\nreceive phases "
              "apart. --burst N queues N iterations before waiting\n(events "
-             "between the calls; default 1).\n");
+             "between the calls; default 1). --zero-copy: combine "
+             "from the combine buffer.\n");
   return code;
 }
 
@@ -274,6 +281,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--iters") && more) o.iters = atoi(argv[++i]);
     else if (!strcmp(a, "--bf16")) o.bf16 = 1;
     else if (!strcmp(a, "--split")) o.split = 1;
+    else if (!strcmp(a, "--zero-copy")) o.zcopy = 1;
     else if (!strcmp(a, "--burst") && more) o.burst = atoi(argv[++i]);
     else if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout, 0);
     else return usage(stderr, 2);

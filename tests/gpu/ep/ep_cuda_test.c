@@ -15,6 +15,8 @@
  *   phases    dispatch and combine in two phases (SEND, another kernel,
  *             RECV)
  *   zerocopy  combine from mep_ep_combine_buffer (MEP_EP_ZERO_COPY)
+ *   mixed     ranks differ within a call: one phase or two, zero-copy or
+ *             not (pulling and pushing ranks meet)
  *   repeat    three dispatches back to back without a host sync, then
  *             three combines
  *   graph     dispatch and combine captured in CUDA graphs, replayed 3
@@ -396,6 +398,24 @@ static int case_simple(rt_t *r, const shape_t *sh, int phases,
   return 0;
 }
 
+/* Ranks that call differently in the same call: with both phases in one
+ * call a combine pulls from mapped peers, in two phases it pushes, and
+ * with zero-copy the pulled rows stay in the combine buffer; each rank
+ * changes its way from call to call, so every pairing meets. */
+static int case_mixed(rt_t *r) {
+  static const shape_t sh = {2048, 4, 8, 128, MEP_EP_FP8};
+  bench_t b;
+  if (bench_open(r, &b, &sh, 1, 0)) return -1;
+  for (int call = 0; call < 4; call++) {
+    ep_case_t c = make_case(r, &sh, r->o->seed * 4099u + (uint64_t)call);
+    int way = (r->rank + call) & 3;
+    if (round_trip(r, &b, &c, way & 1, (way >> 1) & 1, "mixed")) return -1;
+  }
+  if (barrier(r)) return -1;
+  bench_free(&b);
+  return 0;
+}
+
 /* SETS dispatches queued back to back, then SETS combines. */
 static int case_repeat(rt_t *r) {
   static const shape_t sh = {1152, 3, 5, 37,
@@ -547,6 +567,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
     rc = case_simple(r, &phases, 1, 0, "phases");
   if (!rc && selected(r, "zerocopy"))
     rc = case_simple(r, &zcopy, 0, 1, "zerocopy");
+  if (!rc && selected(r, "mixed")) rc = case_mixed(r);
   if (!rc && selected(r, "repeat")) rc = case_repeat(r);
   if (!rc && selected(r, "graph")) rc = case_graph(r);
   if (!rc && selected(r, "fault")) rc = case_fault(r);
@@ -572,7 +593,7 @@ static int usage(FILE *f, int code) {
           "forked ranks and\nchecks every rank's results against a host "
           "reference.\n"
           "  -n N        ranks (default 2); GPU of a rank: rank %% GPUs\n"
-          "  --case NAME only one case: sweep, phases, zerocopy, repeat, "
+          "  --case NAME only one case: sweep, phases, zerocopy, mixed, repeat, "
           "graph, fault\n"
           "  --quick     fewer shapes in the sweep\n"
           "  --seed S    inputs' seed (default: the time)\n"
@@ -593,8 +614,8 @@ int main(int argc, char **argv) {
       return usage(stdout, 0);
     else return usage(stderr, 2);
   }
-  static const char *cases[] = {"sweep", "phases", "zerocopy", "repeat",
-                                "graph", "fault"};
+  static const char *cases[] = {"sweep",  "phases", "zerocopy", "mixed",
+                                "repeat", "graph",  "fault"};
   int known = !o.only;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     known |= o.only && !strcmp(o.only, cases[i]);

@@ -14,7 +14,9 @@
  *   mep_dev_signal(w, peer, off, value, deadline);
  *
  * A receiver polls mep_dev_load_acquire(mep_dev_src(w, src, off)) and
- * then reads the bytes at mep_dev_src(w, src, data_off).
+ * then reads the bytes at mep_dev_src(w, src, data_off). A kernel may
+ * also read a mapped peer's own bytes (mep_dev_peer_src) once the peer
+ * signalled them; it then tells the peer when it is done reading.
  *
  * stage_off must be unique among the puts in flight of one call: for a
  * MEP_DEV_PROXY peer the bytes wait there (this rank's host part) until
@@ -61,6 +63,16 @@ __device__ __forceinline__ uint8_t *mep_dev_src(const mep_dev_win_t *w,
                                                 int src, uint64_t off) {
   if (w->kind[src] == MEP_DEV_PTR) return w->dev_base + off;
   return w->host_base + off;
+}
+
+/* Where the bytes at offset `off` of a mapped peer's device part (the
+ * peer's own bytes, not ones it sent) are readable here, for a kernel that
+ * pulls from the peer instead of having it push; NULL for a peer reached
+ * through the proxy, whose memory this GPU cannot read. */
+__device__ __forceinline__ const uint8_t *mep_dev_peer_src(
+    const mep_dev_win_t *w, int peer, uint64_t off) {
+  if (w->kind[peer] != MEP_DEV_PTR) return 0;
+  return w->peer[peer] + off;
 }
 
 /* One thread: enqueues a proxy command, waiting for a free slot until

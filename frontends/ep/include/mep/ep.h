@@ -119,7 +119,10 @@ MEP_API int32_t *mep_ep_active_ranks(mep_ep_buffer_t *buf);
 
 /* Where to write expert outputs [local_experts, size * max_tokens, hidden]
  * bf16 for a combine with MEP_EP_ZERO_COPY (device memory for
- * MEP_EP_CUDA). Valid until the buffer is destroyed. */
+ * MEP_EP_CUDA). Valid until the buffer is destroyed. Fill it between the
+ * combine before the one that reads it and that one: on the CUDA path
+ * every combine may use it to hold rows that peers read (as DeepEP's
+ * next combine buffer). */
 MEP_API void *mep_ep_combine_buffer(mep_ep_buffer_t *buf);
 
 typedef struct mep_ep_dispatch_args {

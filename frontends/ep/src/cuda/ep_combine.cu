@@ -5,13 +5,19 @@
  * back to s, each into the row of its token there (src_info), a warp per
  * 4 KB chunk of a row (all its loads in flight before its stores): stored
  * straight into a mapped peer, or into this rank's host-part stage and
- * put (a put per chunk) by the proxy. The pair's last block to finish then sets
- * s's flag of expert el (seq << 32 | 1), also for a pair without rows.
+ * put (a put per chunk) by the proxy. The pair's last block to finish then
+ * sets s's flag of expert el (seq << 32 | MEP_EP_COMB_PUSHED), also for a
+ * pair without rows.
  *
  * Zero-copy: mep_ep_combine_buffer is the device part's combine stage
  * (the CUDA path stages in the host part only), so experts write their
- * outputs in device memory and this kernel reads them from there like any
- * x; a proxied peer's rows still go through the host-part stage.
+ * outputs in device memory, which mapped peers can read. A zero-copy call
+ * with both phases therefore pulls: the send only writes, per row, its
+ * place into s's combine map, and the flag says MEP_EP_COMB_PULL; s's
+ * receive reads the rows from this rank's stage and says when it is done
+ * (comb_done_reading). A proxied peer's rows still go through the
+ * host-part stage, and a two-phase call pushes (its hook would otherwise
+ * move the bytes instead of only waiting for them).
  *
  * Receive (a block per token at a time): the first threads wait for the
  * flags of the token's experts (a rank whose flag misses the deadline is
@@ -58,11 +64,14 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   if (n > S - begin) n = S - begin;
   if (n > T) n = T;
   const bool proxied = w->kind[s] != MEP_DEV_PTR;
+  /* a pulled row stays where it is (x is the stage): s learns which it is */
+  const bool pull = k.pull && !proxied;
   const int lane = threadIdx.x & 31, W = blockDim.x >> 5;
   /* work items are (row, chunk of EP_COPY_BATCH units): a warp moves one
    * chunk with all its loads in flight at once, and a row's chunks go to
    * different warps, so a pair's few rows use many warps */
-  const int nv = H / 8, C = (nv + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
+  const int nv = H / 8;
+  const int C = pull ? 1 : (nv + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
   const int64_t step = (int64_t)Y * W;
   for (int64_t i = (int64_t)y * W + (threadIdx.x >> 5); i < n * C;
        i += step) {
@@ -73,6 +82,12 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     /* the token's load overlaps the data's: only dst depends on it */
     const int tok = __ldg(k.src_info + xrow);
     const uint8_t *src = (const uint8_t *)k.x + xrow * 2 * H + (size_t)v0 * 16;
+    if (pull) {
+      if (lane == 0 && tok >= 0 && tok < T)
+        *(int32_t *)mep_dev_dst(w, s, mep_ep_comb_map(L, half, e, tok), 0) =
+            (int32_t)row;
+      continue;
+    }
     ep_v16 d[EP_COPY_UNROLL];
 #pragma unroll
     for (int u = 0; u < EP_COPY_UNROLL; u++)
@@ -94,7 +109,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   }
 
   /* the pair's last block signals: after every row of the pair, from any
-   * block, was stored (mapped peer) or queued (proxy) */
+   * block, was stored (mapped peer, or this rank's stage for a pull) or
+   * queued (proxy) */
   __syncthreads();
   ep_trace(c, MEP__EP_CS, MEP__EP_T_MID);
   if (threadIdx.x == 0) {
@@ -102,8 +118,10 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     if (atomicAdd(k.pair_done + pair, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.pair_done + pair) = 0;
       if (on)
-        (void)mep_dev_signal(w, s, mep_ep_comb_flag(L, half, e),
-                             mep_ep_word(seq, 1), deadline);
+        (void)mep_dev_signal(
+            w, s, mep_ep_comb_flag(L, half, e),
+            mep_ep_word(seq, pull ? MEP_EP_COMB_PULL : MEP_EP_COMB_PUSHED),
+            deadline);
     }
   }
   if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
@@ -115,6 +133,50 @@ __device__ __forceinline__ float bf16_lo(uint32_t w) {
 }
 __device__ __forceinline__ float bf16_hi(uint32_t w) {
   return __uint_as_float(w & 0xffff0000u);
+}
+
+/* Where expert e's output for token t is, once the flag `word` of e's
+ * rank r for the call arrived; NULL for a map entry outside the expert's
+ * rows (it then contributes nothing). */
+__device__ __forceinline__ const uint8_t *comb_row_of(const mep__ep_kcomb_t &k,
+                                                      int half, int e, int r,
+                                                      int t, uint64_t word) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_ep_layout_t *L = &c.lay;
+  const mep_dev_win_t *w = c.win;
+  if ((uint32_t)word != MEP_EP_COMB_PULL)
+    return mep_dev_src(w, r, mep_ep_comb_row(L, half, e, t));
+  const int64_t S = (int64_t)L->ranks * L->tokens;
+  const int m =
+      *(const volatile int32_t *)(w->dev_base + mep_ep_comb_map(L, half, e, t));
+  if (m < 0 || m >= S) return nullptr;
+  return mep_dev_peer_src(w, r, mep_ep_comb_stage(L, e - r * L->local, m));
+}
+
+/* The last block of a combine receive, after every block's reads: tells
+ * each mapped peer that this rank is done with its rows of call seq (its
+ * next send may overwrite its stage, its caller its zero-copy buffer)
+ * and, when this call's send left rows for mapped peers to pull, waits
+ * until each of them is done with this rank's. A peer that does not say
+ * so by the deadline is cleared in active. */
+__device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
+                                  uint64_t deadline) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_ep_layout_t *L = &c.lay;
+  const mep_dev_win_t *w = c.win;
+  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x)
+    if (r != c.rank && w->kind[r] == MEP_DEV_PTR && ep_active(c.active, r))
+      (void)mep_dev_signal(w, r, mep_ep_comb_done(L, c.rank),
+                           mep_ep_word(seq, 1), deadline);
+  if (!k.pull) return;
+  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
+    uint64_t word;
+    if (r == c.rank || w->kind[r] != MEP_DEV_PTR || !ep_active(c.active, r))
+      continue;
+    const uint64_t *f = (const uint64_t *)(w->dev_base + mep_ep_comb_done(L, r));
+    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
+      ep_clear(c.active, r);
+  }
 }
 
 /* Rows of a token whose loads a thread has in flight at once. */
@@ -147,8 +209,8 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
           const uint64_t *f = (const uint64_t *)mep_dev_src(
               w, r, mep_ep_comb_flag(L, half, (int)e));
           if (ep_wait_word(f, seq, c.active, r, deadline, &word)) {
-            row = mep_dev_src(w, r, mep_ep_comb_row(L, half, (int)e, t));
-            wt = k.topk_weights[(size_t)t * topk + j];
+            row = comb_row_of(k, half, (int)e, r, t, word);
+            wt = row ? k.topk_weights[(size_t)t * topk + j] : 0.0f;
           } else {
             ep_clear(c.active, r);
           }
@@ -212,8 +274,10 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
       ep_clear(c.active, r);
   }
 
-  if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
+  if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x)) {
+    comb_done_reading(k, seq, deadline);
     ep_finish(c, MEP__EP_CR, -1, seq);
+  }
   ep_after_send();
 }
 

@@ -94,6 +94,12 @@ typedef struct mep__ep_kcomb {
   const uint16_t *x;         /* [local, ranks * tokens, hidden] */
   const int32_t *src_info;
   const int64_t *layout_range;
+  /* pull mode (zero-copy, both phases in this call, MEP_EP_COMBINE_PULL
+   * not 0): the send leaves the rows for mapped peers (itself included)
+   * where they are, in the combine stage, and tells each peer which rows
+   * are its; the receive reads mapped peers' rows there and ends only once
+   * they have read this rank's */
+  int pull;
   /* receive */
   const int64_t *topk_idx;
   const float *topk_weights;
