@@ -21,6 +21,11 @@
  *    that holds token t's output here.
  *  - combine read-done [R] words: the last combine whose rows source s
  *    has finished reading from this rank (CUDA path, pull).
+ *  - combine weights [2][R][T][MEP_EP_MAX_TOPK] (int32 expert, float
+ *    weight) of source s's token t, and their flags [2][R] words
+ *    (seq << 32) | s's tokens (CUDA path, reduce).
+ *  - combine partial sums [2][R][T][H] float: rank r's share of this
+ *    rank's token t, and their flags [2][R] words (CUDA path, reduce).
  *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
  *    [T][MEP_EP_MAX_TOPK] int32 (CUDA path; the CPU path stages its
  *    index after the layout, ep_host.h), combine stage
@@ -61,6 +66,10 @@ typedef struct mep_ep_layout {
   uint64_t comb_flag;
   uint64_t comb_map;
   uint64_t comb_done;
+  uint64_t comb_wts;
+  uint64_t comb_wflag;
+  uint64_t comb_part;
+  uint64_t comb_pflag;
   uint64_t disp_stage;
   uint64_t index_stage;
   uint64_t comb_stage;
@@ -97,6 +106,14 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   off = mep_ep_align(off + 2 * E * T * 4);
   l->comb_done = off;
   off = mep_ep_align(off + R * 8);
+  l->comb_wts = off;
+  off = mep_ep_align(off + 2 * R * T * MEP_EP_STAGE_TOPK * 8);
+  l->comb_wflag = off;
+  off = mep_ep_align(off + 2 * R * 8);
+  l->comb_part = off;
+  off = mep_ep_align(off + 2 * R * T * H * 4);
+  l->comb_pflag = off;
+  off = mep_ep_align(off + 2 * R * 8);
   l->disp_stage = off;
   off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
   l->index_stage = off;
@@ -139,6 +156,25 @@ MEP_EP_HD uint64_t mep_ep_comb_map(const mep_ep_layout_t *l, int half,
 }
 MEP_EP_HD uint64_t mep_ep_comb_done(const mep_ep_layout_t *l, int src) {
   return l->comb_done + (uint64_t)src * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_wts(const mep_ep_layout_t *l, int half,
+                                   int src, int token, int k) {
+  uint64_t i = (((uint64_t)half * l->ranks + src) * l->tokens + token) *
+                   MEP_EP_STAGE_TOPK + k;
+  return l->comb_wts + i * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_wflag(const mep_ep_layout_t *l, int half,
+                                     int src) {
+  return l->comb_wflag + ((uint64_t)half * l->ranks + src) * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_part(const mep_ep_layout_t *l, int half,
+                                    int src, int token) {
+  uint64_t i = ((uint64_t)half * l->ranks + src) * l->tokens + token;
+  return l->comb_part + i * 4 * (uint64_t)l->hidden;
+}
+MEP_EP_HD uint64_t mep_ep_comb_pflag(const mep_ep_layout_t *l, int half,
+                                     int src) {
+  return l->comb_pflag + ((uint64_t)half * l->ranks + src) * 8;
 }
 MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
                                      int k) {

@@ -128,13 +128,6 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     ep_finish(c, MEP__EP_CS, 1, seq);
 }
 
-__device__ __forceinline__ float bf16_lo(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
-}
-
 /* Where expert e's output for token t is, once the flag `word` of e's
  * rank r for the call arrived; NULL for a map entry outside the expert's
  * rows (it then contributes nothing). */
@@ -179,9 +172,6 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
   }
 }
 
-/* Rows of a token whose loads a thread has in flight at once. */
-#define EP_COMB_BATCH 8
-
 /* recv_threads is at most 512 (ep_cuda.c): registers for the batch. */
 __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
@@ -224,27 +214,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
     uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
     for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      /* EP_COMB_BATCH rows' loads in flight before the first use; the
-       * sum keeps the order j = 0, 1, ... of the reference */
-      for (int j0 = 0; j0 < topk; j0 += EP_COMB_BATCH) {
-        ep_v16 d[EP_COMB_BATCH];
-#pragma unroll
-        for (int u = 0; u < EP_COMB_BATCH; u++) {
-          const int j = j0 + u;
-          if (j < topk && s_row[j]) d[u] = ep_ld16_cg(s_row[j] + (size_t)q * 16);
-        }
-#pragma unroll
-        for (int u = 0; u < EP_COMB_BATCH; u++) {
-          const int j = j0 + u;
-          if (j >= topk || !s_row[j]) continue;
-          const float wt = s_w[j];
-#pragma unroll
-          for (int i = 0; i < 4; i++) {
-            acc[2 * i] = fmaf(wt, bf16_lo(d[u].w[i]), acc[2 * i]);
-            acc[2 * i + 1] = fmaf(wt, bf16_hi(d[u].w[i]), acc[2 * i + 1]);
-          }
-        }
-      }
+      ep_weighted_sum8(s_row, s_w, topk, q, acc);
       ep_v16 o;
       for (int i = 0; i < 4; i++) {
         __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
@@ -293,7 +263,7 @@ extern "C" int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k,
 
 extern "C" int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k,
                                            void *stream) {
-  return ep_launch_recv(comb_recv, dim3((unsigned)k->recv_blocks),
+  return ep_launch_dependent(comb_recv, dim3((unsigned)k->recv_blocks),
                         k->recv_threads, k->c.early_recv, stream, *k);
 }
 

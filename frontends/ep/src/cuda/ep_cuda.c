@@ -28,7 +28,8 @@ struct mep__ep_cuda {
   int has_proxy;
   int sms;
   int early_recv;            /* receive kernels may start early (sm_90+) */
-  int pull;                  /* combines of both phases pull (ep_cuda.h) */
+  int pull;                  /* zero-copy combines may pull (ep_cuda.h) */
+  int reduce;                /* combines reduce (ep_cuda.h) */
   int cs_resident;           /* combine send blocks the GPU holds at once */
   int dr_resident;           /* dispatch receive blocks, the same */
   void *mem;                 /* one allocation for the four below */
@@ -36,6 +37,7 @@ struct mep__ep_cuda {
   int *slots;                /* [2][experts] */
   unsigned long long *ready; /* [local] */
   unsigned int *pair_done;   /* [local][ranks] */
+  unsigned int *red_done;    /* [ranks + 1] */
   uint8_t *comb_buf;         /* the device part's combine stage */
   mep__ep_trace_t trace;
 };
@@ -53,13 +55,14 @@ static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
 
 static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
-/* The state's allocation: dstate, slots, ready, pair_done. */
+/* The state's allocation: dstate, slots, ready, pair_done, red_done. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   const mep_ep_layout_t *l = &b->lay;
   size_t o_slots = round16(sizeof(mep__ep_dstate_t));
   size_t o_ready = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
   size_t o_pair = o_ready + round16((size_t)l->local * 8);
-  size_t bytes = o_pair + round16((size_t)l->local * l->ranks * 4);
+  size_t o_red = o_pair + round16((size_t)l->local * l->ranks * 4);
+  size_t bytes = o_red + round16(((size_t)l->ranks + 1) * 4);
   void *mem = NULL;
   cudaError_t e = cudaMalloc(&mem, bytes);
   if (e != cudaSuccess)
@@ -75,6 +78,7 @@ static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   cu->slots = (int *)(m + o_slots);
   cu->ready = (unsigned long long *)(m + o_ready);
   cu->pair_done = (unsigned int *)(m + o_pair);
+  cu->red_done = (unsigned int *)(m + o_red);
   return 0;
 }
 
@@ -146,6 +150,19 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   }
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  /* Reduce mode (ep_cuda.h) is opt-in: it measured faster for calls
+   * alternating with dispatches at hidden 7168 but slower for combines
+   * in a row and at 4096 (docs/perf.md). It needs every pair of ranks
+   * mapped, which the window says alike on every rank. */
+  const char *red = getenv("MEP_EP_COMBINE_REDUCE");
+  cu->reduce = red && strcmp(red, "1") == 0;
+  if (cu->reduce && cu->has_proxy) {
+    cu->reduce = 0;
+    if (mep_log_get_level() >= MEP_LOG_WARN)
+      fprintf(stderr, "mep_ep_buffer_create on rank %d: "
+              "MEP_EP_COMBINE_REDUCE=1 is ignored: some pair of ranks "
+              "goes through the proxy\n", b->rank);
+  }
   cu->comb_buf = (uint8_t *)mep_devwin_dev_base(cu->win) + b->lay.comb_stage;
   (void)mep__ep_trace_init(&cu->trace);
   rc = alloc_state(b, cu);
@@ -321,12 +338,14 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   mep__ep_kcomb_t k = {0};
   fill_common(b, c, &k.c);
   k.pair_done = cu->pair_done;
+  k.red_done = cu->red_done;
+  k.reduce = cu->reduce;
   /* Only a zero-copy call with both phases pulls: its rows are already
    * where peers can read them. Without zero-copy they would first be
    * copied there, which measured slower than pushing them (49.0 against
    * 46.0 us, docs/perf.md); a two-phase call's receive, in the hook, only
    * waits. */
-  k.pull = cu->pull && c->phases == 3 && x == cu->comb_buf;
+  k.pull = !k.reduce && cu->pull && c->phases == 3 && x == cu->comb_buf;
   k.x = x;
   k.src_info = a->src_info;
   k.layout_range = a->layout_range;
@@ -355,16 +374,25 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   /* receive: a block per token */
   k.recv_threads = row_threads(l->hidden / 8);
   k.recv_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
+  int send_blocks = k.send_split * l->local * l->ranks;
+  if (k.reduce) {
+    /* a block per token of a source, as many as fill the GPU twice */
+    k.send_split = clampi((2 * cu->sms + l->ranks - 1) / l->ranks, 1,
+                          l->tokens);
+    send_blocks = k.send_split * l->ranks;
+  }
 
   if (c->phases & 1) {
-    cu->trace.blocks[MEP__EP_CS] = k.send_split * l->local * l->ranks;
-    rc = launched(b, mep__ep_launch_combine_send(&k, a->stream),
+    cu->trace.blocks[MEP__EP_CS] = send_blocks;
+    rc = launched(b, k.reduce ? mep__ep_launch_reduce_send(&k, a->stream)
+                              : mep__ep_launch_combine_send(&k, a->stream),
                   "mep_ep_combine: launching the send kernel");
     if (rc) return rc;
   }
   cu->trace.blocks[MEP__EP_CR] = k.recv_blocks;
   if (c->phases & 2)
-    rc = launched(b, mep__ep_launch_combine_recv(&k, a->stream),
+    rc = launched(b, k.reduce ? mep__ep_launch_reduce_recv(&k, a->stream)
+                              : mep__ep_launch_combine_recv(&k, a->stream),
                   "mep_ep_combine: launching the receive kernel");
   return rc;
 }

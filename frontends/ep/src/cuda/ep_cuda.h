@@ -100,13 +100,21 @@ typedef struct mep__ep_kcomb {
    * are its; the receive reads mapped peers' rows there and ends only once
    * they have read this rank's */
   int pull;
+  /* reduce mode (MEP_EP_COMBINE_REDUCE=1, no proxy in the window;
+   * ep_combine_reduce.cu): each rank sums the rows of its experts per
+   * token, weighted, and sends that one float row instead of one bf16
+   * row per expert */
+  int reduce;
+  unsigned int *red_done;    /* device [ranks]: blocks of the reduce send
+                              * for that source that finished */
   /* receive */
   const int64_t *topk_idx;
   const float *topk_weights;
   uint16_t *out;
   int num_tokens, num_topk;
   /* launch shape */
-  int send_split, send_threads; /* blocks per (expert, source) pair */
+  int send_split, send_threads; /* blocks per (expert, source) pair; in
+                                 * reduce mode, per source */
   int recv_blocks, recv_threads;
 } mep__ep_kcomb_t;
 
@@ -128,6 +136,10 @@ int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k, void *stream);
+/* Reduce mode: the send's two kernels (publish the weights, then sum and
+ * send), and the receive. */
+int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k, void *stream);
+int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k, void *stream);
 /* Blocks of the combine send / dispatch receive kernel one SM holds at
  * once with `threads` threads each (0: unknown). */
 int mep__ep_combine_send_per_sm(int threads);

@@ -65,6 +65,44 @@ __device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
   }
 }
 
+__device__ __forceinline__ float ep_bf16_lo(uint32_t w) {
+  return __uint_as_float(w << 16);
+}
+__device__ __forceinline__ float ep_bf16_hi(uint32_t w) {
+  return __uint_as_float(w & 0xffff0000u);
+}
+
+/* Rows of a token whose loads a thread has in flight at once. */
+#define EP_COMB_BATCH 8
+
+/* acc[0..7] += w[j] * the 8 bf16 channels of rows[j] at 16-byte unit q,
+ * for j = 0, 1, ... n - 1 in that order (the reference's), skipping NULL
+ * rows; EP_COMB_BATCH rows' loads are in flight before the first use.
+ * Rows are read through L2 (a peer may have written them). */
+__device__ __forceinline__ void ep_weighted_sum8(const uint8_t *const *rows,
+                                                 const float *w, int n, int q,
+                                                 float acc[8]) {
+  for (int j0 = 0; j0 < n; j0 += EP_COMB_BATCH) {
+    ep_v16 d[EP_COMB_BATCH];
+#pragma unroll
+    for (int u = 0; u < EP_COMB_BATCH; u++) {
+      const int j = j0 + u;
+      if (j < n && rows[j]) d[u] = ep_ld16_cg(rows[j] + (size_t)q * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < EP_COMB_BATCH; u++) {
+      const int j = j0 + u;
+      if (j >= n || !rows[j]) continue;
+      const float wt = w[j];
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        acc[2 * i] = fmaf(wt, ep_bf16_lo(d[u].w[i]), acc[2 * i]);
+        acc[2 * i + 1] = fmaf(wt, ep_bf16_hi(d[u].w[i]), acc[2 * i + 1]);
+      }
+    }
+  }
+}
+
 /* The block's threads bring row `t` (of `bytes`, t < n) of x into L2. */
 __device__ __forceinline__ void ep_prefetch_row(const void *x, int t, int n,
                                                 int bytes) {
@@ -203,10 +241,11 @@ __device__ __forceinline__ void ep_after_send(void) {
 #endif
 }
 
-/* Queues a receive kernel, as a programmatic dependent of the kernel
- * before it when `early`; returns cudaGetLastError()'s code. */
+/* Queues a kernel (a receive, or a send's second kernel), as a
+ * programmatic dependent of the kernel before it when `early`; returns
+ * cudaGetLastError()'s code. */
 template <typename K>
-static int ep_launch_recv(void (*kernel)(K), dim3 grid, int threads,
+static int ep_launch_dependent(void (*kernel)(K), dim3 grid, int threads,
                           int early, void *stream, const K &args) {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];

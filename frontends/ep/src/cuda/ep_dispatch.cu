@@ -424,7 +424,7 @@ extern "C" int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k,
 extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
                                             void *stream) {
   dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
-  return ep_launch_recv(disp_recv, grid, k->recv_threads, k->c.early_recv,
+  return ep_launch_dependent(disp_recv, grid, k->recv_threads, k->c.early_recv,
                         stream, *k);
 }
 
