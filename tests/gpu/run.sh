@@ -98,10 +98,13 @@ if want ep; then
   t devwin-tcp-3ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/devwin/devwin_test" -n 3 --expect proxy
   t ep-cuda-2ranks 300 "$b/tests/gpu/ep/ep_cuda_test" -n 2
   t ep-cuda-4ranks-1gpu-quick 400 env CUDA_VISIBLE_DEVICES=0 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
-  # combine's opt-in reduce mode on 2, 3 (a fault among them) and 4 ranks
+  # combine's modes where the rule would not pick them (top-k > 2 x ranks
+  # reduces): reduce on 2, 3 (a fault among them) and 4 ranks for every
+  # shape, push on 2
   t ep-cuda-2ranks-reduce 300 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-3ranks-reduce-fault 120 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-4ranks-reduce 400 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
+  t ep-cuda-2ranks-push 300 env MEP_EP_COMBINE_REDUCE=0 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-2ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-3ranks-fault 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-tcp-2ranks-repeat 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
@@ -109,14 +112,15 @@ if want ep; then
   t ep-bench-2ranks 120 $eb
   t ep-bench-split 120 $eb --split
   t ep-bench-row 120 $eb --burst 10
-  # the same without the early receive launch, and combine's other modes:
-  # reduce; zero-copy (pull), and zero-copy pushed (A/B)
+  # the same without the early receive launch, and combine's other modes
+  # (A/B): pushed (no reduce); zero-copy reduced, pulled and pushed
   t ep-bench-row-no-early 120 env MEP_EP_EARLY_RECV=0 $eb --burst 10
-  t ep-bench-row-reduce 120 env MEP_EP_COMBINE_REDUCE=1 $eb --burst 10
-  t ep-bench-row-reduce-4096 120 env MEP_EP_COMBINE_REDUCE=1 $eb --burst 10 --hidden 4096
   t ep-bench-row-4096 120 $eb --burst 10 --hidden 4096
+  t ep-bench-row-push 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10
+  t ep-bench-row-push-4096 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10 --hidden 4096
   t ep-bench-row-zero-copy 120 $eb --burst 10 --zero-copy
-  t ep-bench-row-zero-copy-push 120 env MEP_EP_COMBINE_PULL=0 $eb --burst 10 --zero-copy
+  t ep-bench-row-zero-copy-pull 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10 --zero-copy
+  t ep-bench-row-zero-copy-push 120 env MEP_EP_COMBINE_REDUCE=0 MEP_EP_COMBINE_PULL=0 $eb --burst 10 --zero-copy
   t ep-bench-trace 120 env MEP_EP_TRACE=1 $eb --iters 30 --burst 10
   for f in "$out"/ep-bench-*.log; do echo "== $f"; cat "$f"; done
   if [ "$ngpu" -ge 2 ]; then

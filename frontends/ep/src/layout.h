@@ -21,11 +21,13 @@
  *    that holds token t's output here.
  *  - combine read-done [R] words: the last combine whose rows source s
  *    has finished reading from this rank (CUDA path, pull).
- *  - combine weights [2][R][T][MEP_EP_MAX_TOPK] (int32 expert, float
- *    weight) of source s's token t, and their flags [2][R] words
- *    (seq << 32) | s's tokens (CUDA path, reduce).
+ *  - combine weights [2][R][T][MEP_EP_MAX_TOPK] words of source s's
+ *    token t: (tag << 43) | (local expert here + 1, 0: none) << 32 |
+ *    float weight bits, the tag being the call's seq (low 21 bits), and
+ *    [2][R] words (seq << 32) | s's tokens (CUDA path, reduce).
  *  - combine partial sums [2][R][T][H] float: rank r's share of this
- *    rank's token t, and their flags [2][R] words (CUDA path, reduce).
+ *    rank's token t, their flags [2][R][T] words, and [2][R] words from
+ *    each rank at the end of its send (CUDA path, reduce).
  *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
  *    [T][MEP_EP_MAX_TOPK] int32 (CUDA path; the CPU path stages its
  *    index after the layout, ep_host.h), combine stage
@@ -70,6 +72,7 @@ typedef struct mep_ep_layout {
   uint64_t comb_wflag;
   uint64_t comb_part;
   uint64_t comb_pflag;
+  uint64_t comb_tflag;
   uint64_t disp_stage;
   uint64_t index_stage;
   uint64_t comb_stage;
@@ -114,6 +117,8 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   off = mep_ep_align(off + 2 * R * T * H * 4);
   l->comb_pflag = off;
   off = mep_ep_align(off + 2 * R * 8);
+  l->comb_tflag = off;
+  off = mep_ep_align(off + 2 * R * T * 8);
   l->disp_stage = off;
   off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
   l->index_stage = off;
@@ -175,6 +180,11 @@ MEP_EP_HD uint64_t mep_ep_comb_part(const mep_ep_layout_t *l, int half,
 MEP_EP_HD uint64_t mep_ep_comb_pflag(const mep_ep_layout_t *l, int half,
                                      int src) {
   return l->comb_pflag + ((uint64_t)half * l->ranks + src) * 8;
+}
+MEP_EP_HD uint64_t mep_ep_comb_tflag(const mep_ep_layout_t *l, int half,
+                                     int src, int token) {
+  return l->comb_tflag +
+         (((uint64_t)half * l->ranks + src) * l->tokens + token) * 8;
 }
 MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
                                      int k) {

@@ -172,7 +172,10 @@ typedef struct mep_ep_combine_args {
 /* Sends each expert's outputs back to the tokens' ranks and writes
  * out[t] = sum over k of topk_weights[t][k] * output of expert
  * topk_idx[t][k] for token t (skipping -1 and inactive ranks), summed in
- * float, rounded to bf16 once. Phases and errors as for dispatch. */
+ * float, rounded to bf16 once. The CUDA path may sum a rank's share of
+ * the experts there first (docs/ep.md, reduce mode), so the float sum's
+ * order differs from k = 0, 1, ... by rounding only. Every rank passes
+ * the same num_topk. Phases and errors as for dispatch. */
 MEP_API int mep_ep_combine(mep_ep_buffer_t *buf,
                            const mep_ep_combine_args_t *args);
 

@@ -6,41 +6,70 @@
  * other rank: pushing their bf16 rows moves 4 * 2H bytes, sending their
  * weighted sum in float 4H, half as much; the link's rate sets combine's
  * time at large hidden sizes (docs/perf.md). It costs a hop more: the
- * weights must reach the experts' ranks first. So it is opt-in
- * (MEP_EP_COMBINE_REDUCE=1, ep_cuda.c), for buffers whose peers are all
- * mapped (no proxy); it moves fewer bytes when a token has more than two
- * experts per rank on average (top-k > 2 x ranks). Every rank must make
- * the same choice.
+ * weights must reach the experts' ranks first. ep_cuda.c picks it for
+ * buffers whose peers are all mapped (no proxy) when a token has more
+ * than two experts per rank on average (top-k > 2 x ranks), or always
+ * with MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice.
  *
  * Three kernels, each a programmatic dependent of the one before:
  *  - publish: this rank's tokens' (expert, weight) pairs go to every live
  *    rank, itself included (the expert's rank needs the weights, which
- *    only the token's rank has), then one word per rank says they are
- *    there and how many tokens this rank has;
+ *    only the token's rank has), each pair a word tagged with the call's
+ *    seq, so no fence and no flag stands between them and their reader;
+ *    a word per rank says how many tokens this rank has;
  *  - send (grid: split blocks x sources): for each token t of source s
  *    that names an expert here, the rows of t among the expert's (found
  *    through the handle: layout_range and src_info) are summed, weighted,
- *    in float, in the order of t's top-k list, and the sum goes into s's
- *    partial area; the source's last block signals s;
- *  - receive (a block per token at a time): waits for every live rank's
- *    signal, then adds up the partial sums of the ranks its experts are on
- *    (rank order) and rounds to bf16 once.
- * Waiting for every live rank's signal also keeps the halves safe for
- * back-to-back calls: a rank writes half h again (call seq + 2) only after
- * its receive of seq + 1 saw every peer's send of seq + 1, which that peer
- * started after its receive of seq read half h. */
+ *    in float, in the order of t's top-k list; the sum goes into s's
+ *    partial area and t's flag there is raised; at the end each source
+ *    gets one more flag (the last of its blocks raises it);
+ *  - receive (a block per token at a time, started while the send runs):
+ *    waits for the flags of the token's ranks, adds up their sums (rank
+ *    order) and rounds to bf16 once; at the end it waits for every live
+ *    rank's end-of-send flag.
+ * That last wait keeps the halves safe for back-to-back calls: a rank
+ * writes half h again (call seq + 2) only after its receive of seq + 1
+ * saw every peer's send of seq + 1 end, which that peer started after its
+ * receive of seq read half h. */
 #include <cuda_bf16.h>
 
 #include "ep_dev.cuh"
+#include "mep/ep.h"
 
 namespace {
 
-struct ep_wt {
-  int32_t expert; /* -1: none */
-  float weight;
-};
+#define RED_THREADS 256   /* send: 8 warps; leaves room for the receive */
+#define RED_RECV_THREADS 512
+/* A weight word: tag (21 bits) | slot (11 bits: local expert + 1, 0 for
+ * none) | float weight. The tag is never 0 (the zeroed window); a stale
+ * word of the same half carries an older call's tag, and one a multiple
+ * of 2^21 - 1 calls older would be taken for new. */
+#define RED_TAG_SPAN 0x1fffffull
+#define RED_SLOT_MASK 0x7ffu
+static_assert(MEP_EP_MAX_LOCAL_EXPERTS < RED_SLOT_MASK,
+              "a weight word's slot holds every local expert + 1");
+static_assert(MEP_EP_MAX_TOPK <= MEP_EP_STAGE_TOPK, "top-k fits the lists");
 
-#define RED_THREADS 512 /* at least MEP_EP_STAGE_TOPK warps (send) */
+__device__ __forceinline__ uint64_t red_tag(uint64_t seq) {
+  return seq % RED_TAG_SPAN + 1;
+}
+
+__device__ __forceinline__ uint64_t red_word(uint64_t seq, uint32_t slot,
+                                             float w) {
+  return (red_tag(seq) << 43) | ((uint64_t)slot << 32) | __float_as_uint(w);
+}
+
+__device__ __forceinline__ void red_store(uint8_t *p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v)
+               : "memory");
+}
+
+__device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p)
+               : "memory");
+  return v;
+}
 
 __global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
   ep_early_start();
@@ -49,28 +78,42 @@ __global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
   const mep_dev_win_t *w = c.win;
   const uint64_t seq = ep_seq(c, MEP__EP_CS);
   const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
-  const int R = L->ranks, K = k.num_topk, n = k.num_tokens;
+  const int R = L->ranks, K = k.num_topk, n = k.num_tokens, nl = L->local;
   const int64_t per = (int64_t)n * K;
+  if (blockIdx.x == 0)
+    for (int q = threadIdx.x; q < R; q += blockDim.x)
+      if (ep_live(c, q))
+        red_store(mep_dev_dst(w, q, mep_ep_comb_wflag(L, half, c.rank), 0),
+                  mep_ep_word(seq, (uint32_t)n));
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
        i < per * R; i += (int64_t)gridDim.x * blockDim.x) {
     const int q = (int)(i / per);
     const int64_t tj = i % per;
     if (!ep_live(c, q)) continue;
-    const int64_t e = k.topk_idx[tj];
-    ep_wt v;
-    v.expert = e >= 0 && e < L->experts ? (int32_t)e : -1;
-    v.weight = k.topk_weights[tj];
-    *(ep_wt *)mep_dev_dst(w, q,
+    const int64_t e = k.topk_idx[tj] - (int64_t)q * nl;
+    const uint32_t slot = e >= 0 && e < nl ? (uint32_t)e + 1 : 0;
+    red_store(mep_dev_dst(w, q,
                           mep_ep_comb_wts(L, half, c.rank, (int)(tj / K),
                                           (int)(tj % K)),
-                          0) = v;
+                          0),
+              red_word(seq, slot, k.topk_weights[tj]));
   }
-  if (ep_last_block(&k.red_done[R], gridDim.x)) {
-    for (int q = threadIdx.x; q < R; q += blockDim.x)
-      if (ep_live(c, q))
-        (void)mep_dev_signal(w, q, mep_ep_comb_wflag(L, half, c.rank),
-                             mep_ep_word(seq, (uint32_t)n), deadline);
+}
+
+/* Lane 0: waits for source s's weight word (t, j) of call seq into *v;
+ * false past the deadline or once s is inactive. */
+__device__ __forceinline__ bool red_wait_weight(const mep__ep_kcomb_t &k,
+                                                int half, int s, int t, int j,
+                                                uint64_t seq,
+                                                uint64_t deadline,
+                                                uint64_t *v) {
+  const mep__ep_kcommon_t &c = k.c;
+  const uint8_t *p = c.win->dev_base + mep_ep_comb_wts(&c.lay, half, s, t, j);
+  const uint64_t tag = red_tag(seq);
+  for (;;) {
+    *v = red_load(p);
+    if ((*v >> 43) == tag) return true;
+    if (!ep_active(c.active, s) || mep_dev_now_ns() > deadline) return false;
   }
 }
 
@@ -96,7 +139,7 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
   return -1;
 }
 
-__global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
+__global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
   const mep_ep_layout_t *L = &c.lay;
@@ -104,14 +147,15 @@ __global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
   const uint64_t seq = ep_seq(c, MEP__EP_CS);
   const int half = (int)(seq & 1);
   const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
-  const int T = L->tokens, H = L->hidden, K = k.num_topk, nl = L->local;
+  const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int W = blockDim.x >> 5;
   __shared__ int s_n;
   __shared__ const uint8_t *s_row[MEP_EP_STAGE_TOPK];
   __shared__ float s_w[MEP_EP_STAGE_TOPK];
-  __shared__ int s_any;
+  __shared__ int s_any, s_lost;
 
   ep_trace(c, MEP__EP_CS, MEP__EP_T_START);
   if (threadIdx.x == 0) {
@@ -126,6 +170,7 @@ __global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
         ep_clear(c.active, s);
     }
     s_n = n;
+    s_lost = 0;
   }
   __syncthreads();
   ep_trace(c, MEP__EP_CS, MEP__EP_T_MID);
@@ -133,31 +178,31 @@ __global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
   for (int t = y; t < n; t += Y) {
     if (threadIdx.x == 0) s_any = 0;
     __syncthreads();
-    if (warp < K) {
-      /* the weights' flag (thread 0's acquire) and the barrier order this
-       * read after the publisher's writes */
-      const uint2 raw = __ldcg((const uint2 *)(w->dev_base +
-                                               mep_ep_comb_wts(L, half, s, t,
-                                                               warp)));
-      ep_wt v;
-      v.expert = (int32_t)raw.x;
-      v.weight = __uint_as_float(raw.y);
-      const int el = v.expert - c.rank * nl;
+    for (int j = warp; j < K; j += W) {
+      uint64_t v = 0;
+      int ok = 0;
+      if (lane == 0) ok = red_wait_weight(k, half, s, t, j, seq, deadline, &v);
+      v = __shfl_sync(0xffffffffu, v, 0);
+      ok = __shfl_sync(0xffffffffu, ok, 0);
+      const uint32_t slot = ok ? (uint32_t)(v >> 32) & RED_SLOT_MASK : 0;
       const uint8_t *row = nullptr;
-      if (v.expert >= 0 && el >= 0 && el < nl) {
+      if (slot) {
+        const int el = (int)slot - 1;
         const int64_t r = red_find_row(k, el, s, t, lane);
         if (r >= 0)
           row = (const uint8_t *)k.x + ((size_t)el * S + r) * 2 * (size_t)H;
-        if (lane == 0) s_any = 1;
       }
       if (lane == 0) {
-        s_row[warp] = row;
-        s_w[warp] = v.weight;
+        if (!ok) s_lost = 1;
+        if (slot) s_any = 1;
+        s_row[j] = row;
+        s_w[j] = __uint_as_float((uint32_t)v);
       }
     }
     __syncthreads();
+    if (s_lost) break; /* s went silent: the same in every thread */
     /* a token none of whose experts is here gets no partial sum: its
-     * rank does not read one (the same test on its topk_idx) */
+     * rank does not wait for one (the same test on its topk_idx) */
     if (s_any) {
       float *dst = (float *)mep_dev_dst(
           w, s, mep_ep_comb_part(L, half, c.rank, t), 0);
@@ -168,17 +213,22 @@ __global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
         o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
       }
+      __syncthreads();
+      if (threadIdx.x == 0)
+        (void)mep_dev_signal(w, s, mep_ep_comb_tflag(L, half, c.rank, t),
+                             mep_ep_word(seq, 1), deadline);
     }
     __syncthreads(); /* s_row, s_any are rewritten for the next token */
   }
+  if (threadIdx.x == 0 && s_lost) ep_clear(c.active, s);
 
-  /* the source's last block signals, after every block's sums for it */
+  /* the source's last block raises the end-of-send flag */
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
     if (atomicAdd(k.red_done + s, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.red_done + s) = 0;
-      if (n >= 0)
+      if (n >= 0 && ep_active(c.active, s))
         (void)mep_dev_signal(w, s, mep_ep_comb_pflag(L, half, c.rank),
                              mep_ep_word(seq, 1), deadline);
     }
@@ -188,7 +238,8 @@ __global__ void __launch_bounds__(RED_THREADS) red_send(mep__ep_kcomb_t k) {
   ep_after_send(); /* the publish kernel, before it in the stream, is done */
 }
 
-__global__ void __launch_bounds__(RED_THREADS) red_recv(mep__ep_kcomb_t k) {
+__global__ void __launch_bounds__(RED_RECV_THREADS)
+    red_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
   const mep_ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
@@ -196,31 +247,25 @@ __global__ void __launch_bounds__(RED_THREADS) red_recv(mep__ep_kcomb_t k) {
   const int half = (int)(seq & 1);
   const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
   const int E = L->experts, nl = L->local, H = L->hidden, K = k.num_topk;
-  __shared__ int s_rank[MEP_EP_STAGE_TOPK];
+  __shared__ int s_of[MEP_EP_STAGE_TOPK];   /* rank of entry j, -1: none */
+  __shared__ int s_rank[MEP_EP_STAGE_TOPK]; /* t's ranks, in rank order */
+  __shared__ int s_ok[MEP_EP_STAGE_TOPK];
   __shared__ int s_nr;
   ep_trace(c, MEP__EP_CR, MEP__EP_T_START);
 
-  /* every live rank's signal: its sums for this rank's tokens are in */
-  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
-    uint64_t word;
-    if (!ep_live(c, r)) continue;
-    const uint64_t *f =
-        (const uint64_t *)(w->dev_base + mep_ep_comb_pflag(L, half, r));
-    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
-      ep_clear(c.active, r);
-  }
-  __syncthreads();
-  ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
-
   for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
+    if ((int)threadIdx.x < K) {
+      const int64_t e = k.topk_idx[(size_t)t * K + threadIdx.x];
+      const int r = e >= 0 && e < E ? (int)(e / nl) : -1;
+      s_of[threadIdx.x] = r >= 0 && ep_active(c.active, r) ? r : -1;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
       /* the ranks of t's experts, once each, in rank order */
       int nr = 0;
       for (int j = 0; j < K; j++) {
-        const int64_t e = k.topk_idx[(size_t)t * K + j];
-        if (e < 0 || e >= E) continue;
-        const int r = (int)(e / nl);
-        if (!ep_active(c.active, r)) continue;
+        const int r = s_of[j];
+        if (r < 0) continue;
         int i = nr;
         while (i > 0 && s_rank[i - 1] > r) i--;
         if (i > 0 && s_rank[i - 1] == r) continue;
@@ -231,10 +276,21 @@ __global__ void __launch_bounds__(RED_THREADS) red_recv(mep__ep_kcomb_t k) {
       s_nr = nr;
     }
     __syncthreads();
+    if ((int)threadIdx.x < s_nr) {
+      const int r = s_rank[threadIdx.x];
+      uint64_t word;
+      const uint64_t *f =
+          (const uint64_t *)(w->dev_base + mep_ep_comb_tflag(L, half, r, t));
+      s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
+      if (!s_ok[threadIdx.x]) ep_clear(c.active, r);
+    }
+    __syncthreads(); /* the flags' acquires precede every read of a sum */
+    if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
     uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
     for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int i = 0; i < s_nr; i++) {
+        if (!s_ok[i]) continue;
         const float4 *p = (const float4 *)(w->dev_base +
                                            mep_ep_comb_part(L, half,
                                                             s_rank[i], t)) +
@@ -250,7 +306,17 @@ __global__ void __launch_bounds__(RED_THREADS) red_recv(mep__ep_kcomb_t k) {
       }
       ep_st16(out + (size_t)q * 16, o);
     }
-    __syncthreads(); /* s_rank is rewritten for the next token */
+    __syncthreads(); /* the shared lists are rewritten for the next token */
+  }
+
+  /* every live rank's end-of-send flag (the top: back-to-back calls) */
+  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
+    uint64_t word;
+    if (!ep_live(c, r)) continue;
+    const uint64_t *f =
+        (const uint64_t *)(w->dev_base + mep_ep_comb_pflag(L, half, r));
+    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
+      ep_clear(c.active, r);
   }
 
   if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
@@ -263,7 +329,7 @@ __global__ void __launch_bounds__(RED_THREADS) red_recv(mep__ep_kcomb_t k) {
 extern "C" int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k,
                                           void *stream) {
   /* the publish grid is small: a few thousand (expert, weight) pairs */
-  red_publish<<<4, RED_THREADS, 0, (cudaStream_t)stream>>>(*k);
+  red_publish<<<8, RED_THREADS, 0, (cudaStream_t)stream>>>(*k);
   int rc = (int)cudaGetLastError();
   if (rc) return rc;
   return ep_launch_dependent(
@@ -274,5 +340,5 @@ extern "C" int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k,
 extern "C" int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k,
                                           void *stream) {
   return ep_launch_dependent(red_recv, dim3((unsigned)k->recv_blocks),
-                             RED_THREADS, k->c.early_recv, stream, *k);
+                             RED_RECV_THREADS, k->c.early_recv, stream, *k);
 }

@@ -29,7 +29,8 @@ struct mep__ep_cuda {
   int sms;
   int early_recv;            /* receive kernels may start early (sm_90+) */
   int pull;                  /* zero-copy combines may pull (ep_cuda.h) */
-  int reduce;                /* combines reduce (ep_cuda.h) */
+  int reduce;                /* combines may reduce (ep_cuda.h): 1 by
+                              * the rule, 2 always */
   int cs_resident;           /* combine send blocks the GPU holds at once */
   int dr_resident;           /* dispatch receive blocks, the same */
   void *mem;                 /* one allocation for the four below */
@@ -37,7 +38,7 @@ struct mep__ep_cuda {
   int *slots;                /* [2][experts] */
   unsigned long long *ready; /* [local] */
   unsigned int *pair_done;   /* [local][ranks] */
-  unsigned int *red_done;    /* [ranks + 1] */
+  unsigned int *red_done;    /* [ranks] */
   uint8_t *comb_buf;         /* the device part's combine stage */
   mep__ep_trace_t trace;
 };
@@ -62,7 +63,7 @@ static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   size_t o_ready = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
   size_t o_pair = o_ready + round16((size_t)l->local * 8);
   size_t o_red = o_pair + round16((size_t)l->local * l->ranks * 4);
-  size_t bytes = o_red + round16(((size_t)l->ranks + 1) * 4);
+  size_t bytes = o_red + round16((size_t)l->ranks * 4);
   void *mem = NULL;
   cudaError_t e = cudaMalloc(&mem, bytes);
   if (e != cudaSuccess)
@@ -150,18 +151,19 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   }
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
-  /* Reduce mode (ep_cuda.h) is opt-in: it measured faster for calls
-   * alternating with dispatches at hidden 7168 but slower for combines
-   * in a row and at 4096 (docs/perf.md). It needs every pair of ranks
-   * mapped, which the window says alike on every rank. */
+  /* Reduce mode (ep_cuda.h) needs every pair of ranks mapped, which the
+   * window says alike on every rank. MEP_EP_COMBINE_REDUCE: 0 never, 1
+   * always, unset by the rule in mep__ep_cuda_combine. */
   const char *red = getenv("MEP_EP_COMBINE_REDUCE");
-  cu->reduce = red && strcmp(red, "1") == 0;
-  if (cu->reduce && cu->has_proxy) {
-    cu->reduce = 0;
-    if (mep_log_get_level() >= MEP_LOG_WARN)
+  cu->reduce = env_off("MEP_EP_COMBINE_REDUCE") ? 0
+               : red && strcmp(red, "1") == 0  ? 2
+                                               : 1;
+  if (cu->has_proxy && cu->reduce) {
+    if (cu->reduce == 2 && mep_log_get_level() >= MEP_LOG_WARN)
       fprintf(stderr, "mep_ep_buffer_create on rank %d: "
               "MEP_EP_COMBINE_REDUCE=1 is ignored: some pair of ranks "
               "goes through the proxy\n", b->rank);
+    cu->reduce = 0;
   }
   cu->comb_buf = (uint8_t *)mep_devwin_dev_base(cu->win) + b->lay.comb_stage;
   (void)mep__ep_trace_init(&cu->trace);
@@ -339,7 +341,13 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   fill_common(b, c, &k.c);
   k.pair_done = cu->pair_done;
   k.red_done = cu->red_done;
-  k.reduce = cu->reduce;
+  /* Reduce mode sends one float row per (token, rank) instead of one
+   * bf16 row per (token, expert): half the bytes or fewer when a token
+   * has more than two experts per rank on average, for one more hop (the
+   * weights). It measured faster at top-8 on 2 ranks, hidden 4096 and
+   * 7168 (docs/perf.md). The rule uses only what every rank's call has
+   * alike (top-k, ranks). */
+  k.reduce = cu->reduce == 2 || (cu->reduce && a->num_topk > 2 * l->ranks);
   /* Only a zero-copy call with both phases pulls: its rows are already
    * where peers can read them. Without zero-copy they would first be
    * copied there, which measured slower than pushing them (49.0 against

@@ -100,10 +100,10 @@ typedef struct mep__ep_kcomb {
    * are its; the receive reads mapped peers' rows there and ends only once
    * they have read this rank's */
   int pull;
-  /* reduce mode (MEP_EP_COMBINE_REDUCE=1, no proxy in the window;
-   * ep_combine_reduce.cu): each rank sums the rows of its experts per
-   * token, weighted, and sends that one float row instead of one bf16
-   * row per expert */
+  /* reduce mode (no proxy in the window; top-k > 2 x ranks, or
+   * MEP_EP_COMBINE_REDUCE=1; ep_combine_reduce.cu): each rank sums the
+   * rows of its experts per token, weighted, and sends that one float
+   * row instead of one bf16 row per expert */
   int reduce;
   unsigned int *red_done;    /* device [ranks]: blocks of the reduce send
                               * for that source that finished */
