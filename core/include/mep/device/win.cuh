@@ -110,22 +110,6 @@ __device__ __forceinline__ int mep_dev_put(const mep_dev_win_t *w, int peer,
                           deadline_ns);
 }
 
-/* One thread: stores `value` in the 8-byte-aligned word at `off` of the
- * peer's window, after every earlier put to that peer this rank issued
- * (and, for a mapped peer, every write the calling thread has seen). */
-__device__ __forceinline__ int mep_dev_signal(const mep_dev_win_t *w,
-                                              int peer, uint64_t off,
-                                              uint64_t value,
-                                              uint64_t deadline_ns) {
-  if (w->kind[peer] == MEP_DEV_PTR) {
-    __threadfence_system();
-    mep_dev_store_release((volatile uint64_t *)(w->peer[peer] + off), value);
-    return 0;
-  }
-  return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
-                          deadline_ns);
-}
-
 /* As mep_dev_signal, without its fence: for a caller that already made
  * every write the signal covers visible at system scope (a
  * __threadfence_system after them, in this thread or in one whose
@@ -143,6 +127,18 @@ __device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
   }
   return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
                           deadline_ns);
+}
+
+/* One thread: stores `value` in the 8-byte-aligned word at `off` of the
+ * peer's window, after every earlier put to that peer this rank issued
+ * (and, for a mapped peer, every write the calling thread has seen): a
+ * system-scope fence, then the store or the proxy command. */
+__device__ __forceinline__ int mep_dev_signal(const mep_dev_win_t *w,
+                                              int peer, uint64_t off,
+                                              uint64_t value,
+                                              uint64_t deadline_ns) {
+  __threadfence_system();
+  return mep_dev_signal_fenced(w, peer, off, value, deadline_ns);
 }
 
 #endif /* MEP_DEVICE_WIN_CUH */

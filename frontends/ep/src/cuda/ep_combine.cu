@@ -57,12 +57,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   }
   __syncthreads();
   const bool on = s_on != 0;
-  int64_t v = on ? k.layout_range[(size_t)el * R + s] : 0;
-  int64_t n = v >> 32, begin = (int64_t)(uint32_t)v;
-  /* the handle is the caller's: rows stay inside the expert's */
-  if (n < 0 || begin > S) n = 0;
-  if (n > S - begin) n = S - begin;
-  if (n > T) n = T;
+  int64_t begin = 0;
+  const int64_t n = on ? ep_pair_rows(k.layout_range, L, el, s, &begin) : 0;
   const bool proxied = w->kind[s] != MEP_DEV_PTR;
   /* a pulled row stays where it is (x is the stage): s learns which it is */
   const bool pull = k.pull && !proxied;

@@ -123,13 +123,9 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
                                                 int el, int s, int t,
                                                 int lane) {
   const mep_ep_layout_t *L = &k.c.lay;
-  const int R = L->ranks;
-  const int64_t S = (int64_t)R * L->tokens;
-  const int64_t v = k.layout_range[(size_t)el * R + s];
-  int64_t n = v >> 32, begin = (int64_t)(uint32_t)v;
-  /* the handle is the caller's: rows stay inside the expert's */
-  if (n < 0 || begin > S) n = 0;
-  if (n > S - begin) n = S - begin;
+  const int64_t S = (int64_t)L->ranks * L->tokens;
+  int64_t begin;
+  const int64_t n = ep_pair_rows(k.layout_range, L, el, s, &begin);
   const int32_t *si = k.src_info + (size_t)el * S + begin;
   for (int64_t b = 0; b < n; b += 32) {
     const bool hit = b + lane < n && __ldg(si + b + lane) == t;

@@ -103,6 +103,22 @@ __device__ __forceinline__ void ep_weighted_sum8(const uint8_t *const *rows,
   }
 }
 
+/* The rows [*begin, *begin + n) of x that expert el got from source s,
+ * n being returned, by the caller's layout_range (a handle of the
+ * caller's: kept inside the expert's R * T rows, at most T of them). */
+__device__ __forceinline__ int64_t ep_pair_rows(const int64_t *layout_range,
+                                                const mep_ep_layout_t *L,
+                                                int el, int s,
+                                                int64_t *begin) {
+  const int64_t S = (int64_t)L->ranks * L->tokens;
+  const int64_t v = layout_range[(size_t)el * L->ranks + s];
+  int64_t n = v >> 32;
+  *begin = (int64_t)(uint32_t)v;
+  if (n < 0 || *begin > S) n = 0;
+  if (n > S - *begin) n = S - *begin;
+  return n < L->tokens ? n : L->tokens;
+}
+
 /* The block's threads bring row `t` (of `bytes`, t < n) of x into L2. */
 __device__ __forceinline__ void ep_prefetch_row(const void *x, int t, int n,
                                                 int bytes) {
