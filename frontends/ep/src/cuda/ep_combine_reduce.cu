@@ -11,7 +11,8 @@
  * than two experts per rank on average (top-k > 2 x ranks), or always
  * with MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice.
  *
- * Three kernels, each a programmatic dependent of the one before:
+ * Three kernels, each a programmatic dependent of the one before when the
+ * call has both phases:
  *  - publish: this rank's tokens' (expert, weight) pairs go to every live
  *    rank, itself included (the expert's rank needs the weights, which
  *    only the token's rank has), each pair a word tagged with the call's

@@ -33,7 +33,7 @@ struct mep__ep_cuda {
                               * the rule, 2 always */
   int cs_resident;           /* combine send blocks the GPU holds at once */
   int dr_resident;           /* dispatch receive blocks, the same */
-  void *mem;                 /* one allocation for the four below */
+  void *mem;                 /* one allocation for the five below */
   mep__ep_dstate_t *st;
   int *slots;                /* [2][experts] */
   unsigned long long *ready; /* [local] */
