@@ -117,7 +117,9 @@ static int list_plugins(const mep_config_t *cfg) {
   return found ? 0 : 1;
 }
 
-/* Each rank prints its line; ranks print in order through the store. */
+/* Each rank prints its line; ranks print in order through the store,
+ * then meet, so that no rank leaves (and is dropped from the group, which
+ * empties its routes) before the last one printed. */
 static int print_routes(mep_comm_t *comm, mep_store_t *store, void *arg) {
   (void)arg;
   int rank = mep_comm_rank(comm), size = mep_comm_size(comm);
@@ -134,7 +136,12 @@ static int print_routes(mep_comm_t *comm, mep_store_t *store, void *arg) {
   printf("\n");
   fflush(stdout);
   snprintf(key, sizeof key, "mep-info/turn/%d", rank + 1);
-  return store->set(store->ctx, key, "1", 1) ? 1 : 0;
+  if (store->set(store->ctx, key, "1", 1)) return 1;
+  mep_req_t *req = NULL;
+  int rc = mep_barrier(comm, &req);
+  if (rc == MEP_OK && req) rc = mep_req_wait(req, mep_comm_timeout_ms(comm));
+  mep_req_free(req);
+  return rc < 0;
 }
 
 int main(int argc, char **argv) {

@@ -232,7 +232,8 @@ MEP_API int mep_comm_max_size(const mep_comm_t *comm);
 MEP_API int mep_comm_timeout_ms(const mep_comm_t *comm);
 
 /* The name of the transport used to reach `peer` ("self" for the own
- * rank), or NULL for a bad peer. Static within the communicator. */
+ * rank), or NULL for a bad peer or one dropped from the group (its
+ * connection is closed). Otherwise static within the communicator. */
 MEP_API const char *mep_comm_route(const mep_comm_t *comm, int peer);
 
 /* -------------------------------------------------- fault tolerance
