@@ -163,8 +163,7 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
     if (r == c.rank || w->kind[r] != MEP_DEV_PTR || !ep_active(c.active, r))
       continue;
     const uint64_t *f = (const uint64_t *)(w->dev_base + mep_ep_comb_done(L, r));
-    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
-      ep_clear(c.active, r);
+    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 }
 
@@ -197,8 +196,6 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
           if (ep_wait_word(f, seq, c.active, r, deadline, &word)) {
             row = comb_row_of(k, half, (int)e, r, t, word);
             wt = row ? k.topk_weights[(size_t)t * topk + j] : 0.0f;
-          } else {
-            ep_clear(c.active, r);
           }
         }
       }
@@ -236,8 +233,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
     if (!ep_live(c, r)) continue;
     const uint64_t *f =
         (const uint64_t *)mep_dev_src(w, r, mep_ep_comb_flag(L, half, r * nl));
-    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
-      ep_clear(c.active, r);
+    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 
   if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x)) {

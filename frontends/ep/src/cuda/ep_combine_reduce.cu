@@ -163,8 +163,6 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
           (const uint64_t *)(w->dev_base + mep_ep_comb_wflag(L, half, s));
       if (ep_wait_word(f, seq, c.active, s, deadline, &word))
         n = (int)(uint32_t)word < T ? (int)(uint32_t)word : T;
-      else
-        ep_clear(c.active, s);
     }
     s_n = n;
     s_lost = 0;
@@ -279,7 +277,6 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
       const uint64_t *f =
           (const uint64_t *)(w->dev_base + mep_ep_comb_tflag(L, half, r, t));
       s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
-      if (!s_ok[threadIdx.x]) ep_clear(c.active, r);
     }
     __syncthreads(); /* the flags' acquires precede every read of a sum */
     if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
@@ -312,8 +309,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     if (!ep_live(c, r)) continue;
     const uint64_t *f =
         (const uint64_t *)(w->dev_base + mep_ep_comb_pflag(L, half, r));
-    if (!ep_wait_word(f, seq, c.active, r, deadline, &word))
-      ep_clear(c.active, r);
+    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 
   if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))

@@ -149,11 +149,12 @@ __device__ __forceinline__ void ep_clear(int32_t *active, int r) {
 
 /* Polls the signal word at p until it carries call `seq` (its high half,
  * the call number, reaches seq), rank r goes inactive (another thread gave
- * up on it) or deadline_ns passes. 1 and *word on success; 0 else. The
+ * up on it) or deadline_ns passes, which clears r in active: every waiter
+ * skips a silent source from then on. 1 and *word on success; 0 else. The
  * load is an acquire at system scope: what the signal covers is visible
  * to the calling thread (and, after a barrier, to its block). */
 __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
-                                            const int32_t *active, int r,
+                                            int32_t *active, int r,
                                             uint64_t deadline_ns,
                                             uint64_t *word) {
   /* Spin without naps for the first EP_SPIN_NS: the signal usually
@@ -170,7 +171,10 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
     }
     if (!ep_active(active, r)) return 0;
     uint64_t now = mep_dev_now_ns();
-    if (now > deadline_ns) return 0;
+    if (now > deadline_ns) {
+      ep_clear(active, r);
+      return 0;
+    }
     if (!nap_from) nap_from = now + EP_SPIN_NS;
     if (now < nap_from) continue;
     __nanosleep(ns);

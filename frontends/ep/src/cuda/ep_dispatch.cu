@@ -332,8 +332,6 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
       if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
-      } else {
-        ep_clear(c.active, s);
       }
     }
     int excl = block_excl_scan(n, &chunk);
