@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 asan=1
 [ "${1:-}" = "--no-asan" ] && asan=0
 prefix="$PWD/_install"
-export MEP_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
+export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
 passed=0; failed=0; skipped=0
 run_suite() {  # build-dir label

@@ -16,12 +16,12 @@
 #include "log.h"
 #include "coll.h"
 #include "cudapath.h"
+#include "devroute.h"
 #include "ft.h"
 #include "p2p.h"
 #include "plugin.h"
 #include "req.h"
 
-#define DEFAULT_TRANSPORTS "nvlink,ibgda,verbs,tcp"
 #define MAX_TRANSPORTS 32
 
 uint64_t mep__now_ms(void) {
@@ -110,7 +110,10 @@ static int load_transport(mep_comm_t *comm, const char *name, int explicit_,
   int rc = mep_plugin_find(name, &tp->plugin);
   if (rc == MEP_OK) {
     tp->vt = tp->plugin->vt;
-    rc = mep_plugin_env_init(&tp->env, comm->cfg, name);
+    rc = mep_plugin_env_open(&tp->env, comm->cfg, tp->plugin);
+    /* A bad value in the user's configuration is the user's error, not
+     * a transport that cannot run here. */
+    if (rc == MEP_ERR_CONFIG) return rc;
   }
   if (rc == MEP_OK) {
     tp->env.rank = comm->rank;
@@ -169,8 +172,9 @@ static int load_transports(mep_comm_t *comm) {
   const char *env = getenv("MEP_TRANSPORTS");
   const char *cfg = mep_config_get(comm->cfg, "core", "transports");
   const char *list = env && *env ? env : cfg;
-  const char *base = env && *env && cfg && *cfg != '^' ? cfg
-                                                        : DEFAULT_TRANSPORTS;
+  const char *base = env && *env && cfg && *cfg != '^'
+                         ? cfg
+                         : mep_config_default("core", "transports");
   const char *origin = env && *env ? "MEP_TRANSPORTS"
                                    : mep__config_origin(comm->cfg, "core",
                                                         "transports");
@@ -361,11 +365,12 @@ static int connect_all(mep_comm_t *comm, mep__card_t *cards) {
 }
 
 /* Transports no peer uses are closed right away, but for one that runs
- * and carries CUDA memory: the CUDA kernel path may use it later. */
+ * and declares a device kind: GPU kernels may reach peers through it
+ * later (devsel.c). */
 static void drop_unused(mep_comm_t *comm) {
   for (int i = 0; i < comm->ntps; i++) {
     mep__tp_t *tp = &comm->tps[i];
-    int device = tp->ctx && (tp->props.mem_kinds & MEP_TP_MEM_CUDA);
+    int device = tp->ctx && tp->props.dev_kind != MEP_DEV_NONE;
     if (!tp->used && tp->plugin && !device) unload_transport(tp);
   }
 }
@@ -499,6 +504,7 @@ int mep_comm_destroy(mep_comm_t *comm) {
   mep__progress_stop(comm);
   mep__engine_close(comm);
   mep__cuda_fini(comm);
+  mep__devroute_fini(comm);
   /* Endpoints close before regions go: a peer's late credit or signal must
    * not arrive for a region that no longer exists (the transport would take
    * it for an attack). */

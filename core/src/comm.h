@@ -76,6 +76,7 @@ struct mep_comm {
   struct mep__p2p *p2p;   /* point-to-point rings (p2p.c) */
   struct mep__ft *ft;     /* active set, control channel (ft.c) */
   struct mep__cuda *cuda; /* CUDA collectives (cuda_*.c), NULL until used */
+  struct mep__devroutes *devroutes; /* GPU kernels' routes (devroute.c) */
 };
 
 /* Marks `peer` failed with `code` (first failure wins) and logs it once. */

@@ -60,38 +60,20 @@ static const mep__config_key_t table[] = {
      "spin, or always sleep"},
     {"core", "cuda_path", "auto", MEP__CFG_CHOICE, 0, 0,
      "auto|kernel|staged",
-     "CUDA collectives: kernels on the peers' memory where every peer is "
-     "reached over nvlink (auto, or kernel: fail otherwise), or always "
-     "through pinned host memory and the routed transports (staged)"},
+     "CUDA collectives: kernels on the peers' memory where a device "
+     "transport maps every peer (auto, or kernel: fail otherwise), or "
+     "always through pinned host memory and the routed transports "
+     "(staged)"},
     {"core", "cuda_workspace_bytes", "134217728", MEP__CFG_INT, 1048576, TIB,
      NULL,
      "device memory each rank shares with its peers for the CUDA "
      "collective kernels; larger messages go in rounds of this size"},
+    {"core", "device_transport", "auto", MEP__CFG_NAME, 0, 0, NULL,
+     "the transport GPU kernels reach peers with (device windows, CUDA "
+     "collective kernels): auto takes the first of the allowed transports "
+     "that gives a device descriptor for the peer; a name allows only it"},
     {"core", "log_level", "warn", MEP__CFG_CHOICE, 0, 0,
      "error|warn|info|debug|trace", "log level when MEP_LOG is not set"},
-    {"tcp", "ifname", "", MEP__CFG_STRING, 0, 0, NULL,
-     "interface to bind; empty: the first non-loopback interface that is "
-     "up, else lo"},
-    {"tcp", "port_range", "0", MEP__CFG_PORTS, 0, 0, NULL,
-     "ports to listen on: 0 for an ephemeral port, or LO-HI"},
-    {"tcp", "sockets_per_peer", "1", MEP__CFG_INT, 1, 16, NULL,
-     "TCP connections per peer, striped"},
-    {"tcp", "connect_retries", "10", MEP__CFG_INT, 0, INT32_MAX, NULL,
-     "tries of a refused connect, with backoff, within timeout_ms"},
-    {"tcp", "nodelay", "1", MEP__CFG_INT, 0, 1, NULL,
-     "1 sets TCP_NODELAY (no Nagle delay on small messages)"},
-    {"verbs", "devices", "", MEP__CFG_STRING, 0, 0, NULL,
-     "comma list of RDMA devices to use; empty: all"},
-    {"verbs", "gid_index", "3", MEP__CFG_INT, 0, 255, NULL,
-     "GID table index (3 is RoCE v2 on most systems)"},
-    {"nvlink", "enable", "1", MEP__CFG_INT, 0, 1, NULL,
-     "0 turns the nvlink transport off"},
-    {"nvlink", "enable_peer_access", "1", MEP__CFG_INT, 0, 1, NULL,
-     "1 enables CUDA peer access between the GPUs of connected ranks"},
-    {"ibgda", "qps_per_peer", "4", MEP__CFG_INT, 1, 1024, NULL,
-     "queue pairs per peer that GPU kernels post to"},
-    {"shm", "ring_bytes", "4194304", MEP__CFG_INT, 1, TIB, NULL,
-     "shared-memory ring per peer (the example plugin)"},
     {"peer", "transport", NULL, MEP__CFG_NAME, 0, 0, NULL,
      "transport forced for every route touching rank N"},
     {"host", "transport", NULL, MEP__CFG_NAME, 0, 0, NULL,
@@ -405,55 +387,103 @@ static int is_name_list(const char *s) {
   }
 }
 
-static int is_port_range(const char *s) {
+/* "0" (both 0), or "LO-HI" with min <= LO <= HI <= max: plain decimals. */
+static int parse_range(const char *s, int64_t min, int64_t max, int64_t *lo,
+                       int64_t *hi) {
   int64_t v;
-  if (parse_int(s, &v) == 0) return v == 0;
-  char lo[16], hi[16];
-  const char *dash = strchr(s, '-');
-  if (!dash || (size_t)(dash - s) >= sizeof lo || strlen(dash + 1) >= sizeof hi)
+  if (parse_int(s, &v) == 0) {
+    if (v != 0) return -1;
+    *lo = *hi = 0;
     return 0;
-  memcpy(lo, s, (size_t)(dash - s));
-  lo[dash - s] = '\0';
-  strcpy(hi, dash + 1);
-  int64_t a, b;
-  if (strpbrk(lo, "kKmMgG+-") || strpbrk(hi, "kKmMgG+-")) return 0;
-  return parse_int(lo, &a) == 0 && parse_int(hi, &b) == 0 && a >= 1 &&
-         a <= b && b <= 65535;
+  }
+  char a[24], b[24];
+  const char *dash = strchr(s, '-');
+  if (!dash || (size_t)(dash - s) >= sizeof a || strlen(dash + 1) >= sizeof b)
+    return -1;
+  memcpy(a, s, (size_t)(dash - s));
+  a[dash - s] = '\0';
+  strcpy(b, dash + 1);
+  int64_t x, y;
+  if (strpbrk(a, "kKmMgG+-") || strpbrk(b, "kKmMgG+-")) return -1;
+  if (parse_int(a, &x) || parse_int(b, &y) || x < min || x > y || y > max)
+    return -1;
+  *lo = x;
+  *hi = y;
+  return 0;
+}
+
+static int parse_bool(const char *s, int64_t *out) {
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  static const char *const no[] = {"0", "false", "no", "off"};
+  s = skip_blank(s);
+  size_t n = strlen(s);
+  while (n && isspace((unsigned char)s[n - 1])) n--;
+  for (size_t i = 0; i < 4; i++) {
+    if (n == strlen(yes[i]) && !strncasecmp(s, yes[i], n)) return *out = 1, 0;
+    if (n == strlen(no[i]) && !strncasecmp(s, no[i], n)) return *out = 0, 0;
+  }
+  return -1;
+}
+
+int mep__config_value(const mep__config_key_t *k, const char *section,
+                      const char *value, const char *origin, int64_t *a,
+                      int64_t *b) {
+  if (!k || !value) return MEP_OK;
+  int64_t x = 0, y = 0;
+  int ok = 1;
+  const char *want = NULL;
+  char buf[96];
+  switch (k->kind) {
+    case MEP__CFG_STRING:
+      break;
+    case MEP__CFG_INT:
+      ok = parse_int(value, &x) == 0 && x >= k->min && x <= k->max;
+      if (!ok) return int_error(section, k->key, value, origin, k->min, k->max);
+      break;
+    case MEP__CFG_BOOL:
+      ok = parse_bool(value, &x) == 0;
+      want = "not one of 0, 1, false, true, no, yes, off, on";
+      break;
+    case MEP__CFG_CHOICE:
+      x = choice_index(k->choices, value);
+      ok = x >= 0;
+      snprintf(buf, sizeof buf, "not one of %s", k->choices);
+      want = buf;
+      break;
+    case MEP__CFG_RANGE:
+      ok = parse_range(value, k->min, k->max, &x, &y) == 0;
+      snprintf(buf, sizeof buf, "not 0 or LO-HI with %" PRId64 " <= LO <= HI "
+               "<= %" PRId64, k->min, k->max);
+      want = buf;
+      break;
+    case MEP__CFG_LIST:
+      ok = is_name_list(value);
+      want = "not a comma list of transport names (letters, digits, '_', "
+             "'-'), optionally led by '^'";
+      break;
+    case MEP__CFG_NAME:
+      ok = is_name(value, strlen(value));
+      want = "not a transport name (letters, digits, '_', '-')";
+      break;
+  }
+  if (!ok)
+    return mep__err(MEP_ERR_CONFIG, "%s.%s = '%s' (from %s): %s", section,
+                    k->key, value, origin, want);
+  if (a) *a = x;
+  if (b) *b = y;
+  return MEP_OK;
 }
 
 int mep__config_check_value(const mep__config_key_t *k, const char *section,
                             const char *value, const char *origin) {
-  if (!k || !value) return MEP_OK;
-  int64_t x;
-  switch (k->kind) {
-    case MEP__CFG_STRING:
-      return MEP_OK;
-    case MEP__CFG_INT:
-      if (parse_int(value, &x) == 0 && x >= k->min && x <= k->max)
-        return MEP_OK;
-      return int_error(section, k->key, value, origin, k->min, k->max);
-    case MEP__CFG_CHOICE:
-      if (choice_index(k->choices, value) >= 0) return MEP_OK;
-      return mep__err(MEP_ERR_CONFIG, "%s.%s = '%s' (from %s): not one of "
-                      "%s", section, k->key, value, origin, k->choices);
-    case MEP__CFG_LIST:
-      if (is_name_list(value)) return MEP_OK;
-      return mep__err(MEP_ERR_CONFIG, "%s.%s = '%s' (from %s): not a comma "
-                      "list of transport names (letters, digits, '_', '-'), "
-                      "optionally led by '^'", section, k->key, value,
-                      origin);
-    case MEP__CFG_NAME:
-      if (is_name(value, strlen(value))) return MEP_OK;
-      return mep__err(MEP_ERR_CONFIG, "%s.%s = '%s' (from %s): not a "
-                      "transport name (letters, digits, '_', '-')", section,
-                      k->key, value, origin);
-    case MEP__CFG_PORTS:
-      if (is_port_range(value)) return MEP_OK;
-      return mep__err(MEP_ERR_CONFIG, "%s.%s = '%s' (from %s): not 0 or "
-                      "LO-HI with 1 <= LO <= HI <= 65535", section, k->key,
-                      value, origin);
-  }
-  return MEP_OK;
+  return mep__config_value(k, section, value, origin, NULL, NULL);
+}
+
+mep__config_key_t mep__config_key_of(const char *section,
+                                     const mep_tp_cfg_key_t *k) {
+  mep__config_key_t c = {section, k->name, k->def, (mep__config_kind_t)k->type,
+                         k->min,  k->max,  k->choices, k->help};
+  return c;
 }
 
 /* --------------------------------------------------------------- parsing */
@@ -621,13 +651,26 @@ static char *read_line(char *str, int num, void *stream) {
   return str;
 }
 
-static const char *known_keys(const char *ts, char *buf, size_t len) {
-  size_t at = 0;
+/* The keys a section declares, as names: the core table's entries of
+ * table section `ts`, or a plugin's declaration. */
+typedef struct key_names {
+  const char *ts;                /* core table section, or NULL */
+  const mep_tp_cfg_key_t *keys;  /* plugin declaration */
+  size_t nkeys;
+} key_names_t;
+
+static const char *name_at(const key_names_t *kn, size_t *i) {
+  if (!kn->ts) return *i < kn->nkeys ? kn->keys[(*i)++].name : NULL;
+  for (; *i < TABLE_LEN; (*i)++)
+    if (strcmp(table[*i].section, kn->ts) == 0) return table[(*i)++].key;
+  return NULL;
+}
+
+static const char *known_keys(const key_names_t *kn, char *buf, size_t len) {
+  size_t at = 0, i = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < TABLE_LEN; i++) {
-    if (strcmp(table[i].section, ts) != 0) continue;
-    int n = snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
-                     table[i].key);
+  for (const char *k; (k = name_at(kn, &i));) {
+    int n = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", k);
     if (n < 0 || (size_t)n >= len - at) break;
     at += (size_t)n;
   }
@@ -654,25 +697,38 @@ static size_t distance(const char *a, const char *b) {
   return prev[lb];
 }
 
-static void warn_unknown_key(parse_t *p, const char *key) {
-  const char *ts = p->cur->table;
-  char list[512], hint[128] = "";
-  size_t best = 3;
-  for (size_t i = 0; i < TABLE_LEN; i++) {
-    if (strcmp(table[i].section, ts) != 0) continue;
-    size_t d = distance(key, table[i].key);
-    size_t kl = strlen(key), tl = strlen(table[i].key);
-    if (kl >= 4 && tl >= 4 &&
-        strncasecmp(key, table[i].key, kl < tl ? kl : tl) == 0)
+/* "; did you mean 'x'?" for the declared key closest to `key`, or "". */
+static const char *suggestion(const key_names_t *kn, const char *key,
+                              char *hint, size_t len) {
+  size_t best = 3, i = 0;
+  hint[0] = '\0';
+  for (const char *k; (k = name_at(kn, &i));) {
+    size_t d = distance(key, k);
+    size_t kl = strlen(key), tl = strlen(k);
+    if (kl >= 4 && tl >= 4 && strncasecmp(key, k, kl < tl ? kl : tl) == 0)
       d = 1; /* "timeout" for "timeout_ms" */
     if (d < best) {
       best = d;
-      snprintf(hint, sizeof hint, "; did you mean '%s'?", table[i].key);
+      snprintf(hint, len, "; did you mean '%s'?", k);
     }
   }
-  mep__warn("%s:%d: unknown key '%s' in [%s] is ignored (known keys: %s)%s",
-            p->cfg->path, p->line, key, p->cur->name,
-            known_keys(ts, list, sizeof list), hint);
+  return hint;
+}
+
+/* `where` is "file:line" or a variable's name. */
+static void warn_unknown(const key_names_t *kn, const char *where,
+                         const char *key, const char *section) {
+  char list[512], hint[128];
+  mep__warn("%s: unknown key '%s' in [%s] is ignored (known keys: %s)%s",
+            where, key, section, known_keys(kn, list, sizeof list),
+            suggestion(kn, key, hint, sizeof hint));
+}
+
+static void warn_unknown_key(parse_t *p, const char *key) {
+  key_names_t kn = {.ts = p->cur->table};
+  char where[PATH_MAX + 16];
+  snprintf(where, sizeof where, "%s:%d", p->cfg->path, p->line);
+  warn_unknown(&kn, where, key, p->cur->name);
 }
 
 /* `section` is inih's, unused: ours is p->cur (inih truncates long names). */
@@ -799,5 +855,63 @@ int mep_config_load(const char *path, mep_config_t **out) {
     return rc;
   }
   *out = cfg;
+  return MEP_OK;
+}
+
+/* --------------------------------------------------------- plugin sections */
+
+static const mep_tp_cfg_key_t *declared(const mep_tp_cfg_key_t *keys,
+                                        size_t n, const char *key) {
+  for (size_t i = 0; i < n; i++)
+    if (keys[i].name && strcasecmp(keys[i].name, key) == 0) return &keys[i];
+  return NULL;
+}
+
+/* A MEP_<SECTION>_* variable that matches no declared key's name. */
+static void warn_unknown_env(const char *section, const mep_tp_cfg_key_t *keys,
+                             size_t n) {
+  extern char **environ;
+  char prefix[ENV_NAME_MAX], name[ENV_NAME_MAX];
+  size_t plen = mep__config_env_name(section, "", prefix, sizeof prefix);
+  if (plen >= sizeof prefix) return;
+  key_names_t kn = {.keys = keys, .nkeys = n};
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+    if (len <= plen || strncmp(*e, prefix, plen) != 0 || !eq || !eq[1])
+      continue;
+    int known = 0;
+    for (size_t i = 0; i < n && !known; i++) {
+      size_t need = mep__config_env_name(section, keys[i].name, name,
+                                         sizeof name);
+      known = need == len && strncmp(*e, name, len) == 0;
+    }
+    if (known) continue;
+    char var[ENV_NAME_MAX], key[ENV_NAME_MAX];
+    snprintf(var, sizeof var, "%.*s", (int)len, *e);
+    snprintf(key, sizeof key, "%s", var + plen);
+    for (char *c = key; *c; c++) *c = (char)tolower((unsigned char)*c);
+    warn_unknown(&kn, var, key, section);
+  }
+}
+
+int mep__config_check_plugin(const mep_config_t *cfg, const char *section,
+                             const mep_tp_cfg_key_t *keys, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    mep__config_key_t k = mep__config_key_of(section, &keys[i]);
+    const char *v = mep_config_get(cfg, section, k.key);
+    int rc = mep__config_check_value(&k, section, v,
+                                     mep__config_origin(cfg, section, k.key));
+    if (rc) return rc;
+  }
+  const section_t *s = find_section(cfg, section);
+  key_names_t kn = {.keys = keys, .nkeys = n};
+  for (size_t i = 0; s && i < s->n; i++) {
+    if (declared(keys, n, s->entries[i].key)) continue;
+    char where[PATH_MAX + 16];
+    snprintf(where, sizeof where, "%s:%d", cfg->path, s->entries[i].line);
+    warn_unknown(&kn, where, s->entries[i].key, s->name);
+  }
+  warn_unknown_env(section, keys, n);
   return MEP_OK;
 }

@@ -1,12 +1,13 @@
 /* cuda_kpath.c - CUDA collectives as kernels on the peers' memory.
  *
  * Set-up (collective, at the first CUDA collective and after ranks
- * joined): every rank checks that the nvlink transport reaches each active
- * peer, and all agree (a host all-reduce) or all take the staged path.
- * Then each rank allocates a workspace, registers it with nvlink,
- * publishes the remote key in the store, imports and maps every peer's,
- * and puts the mapped addresses in a device table the kernels read
- * (core/src/cuda/devcoll.h). A host barrier ends the set-up, so no kernel
+ * joined): every rank checks that each active peer has a device route
+ * that maps its memory (devroute.h: a transport declaring MEP_DEV_PTR),
+ * and all agree (a host all-reduce) or all take the staged path. Then
+ * each rank allocates a workspace, shares it through those routes
+ * (devshare.h: registers it, publishes the keys, imports every peer's
+ * with its descriptor), and puts the peers' mapped addresses in a device
+ * table the kernels read (core/src/cuda/devcoll.h). A host barrier ends the set-up, so no kernel
  * raises a flag in a workspace its owner has not cleared yet.
  *
  * Faults: the kernels see the active set in pinned mapped memory; the host
@@ -23,9 +24,10 @@
 
 #include "coll.h"
 #include "config.h"
-#include "cuda_share.h"
 #include "cudapath.h"
 #include "cuda/devcoll.h"
+#include "devroute.h"
+#include "devshare.h"
 #include "error.h"
 #include "ft.h"
 #include "log.h"
@@ -37,15 +39,13 @@
 #endif
 
 struct mep__kpath {
-  int tp;                /* nvlink in comm->tps */
   int n;                 /* ranks of the group when it was set up */
   uint8_t *member;       /* [n] */
-  mep_tp_ep_t **eps;     /* [n] */
-  mep_tp_rmr_t **rmrs;   /* [n] */
+  const mep__devroute_t **routes; /* [n] */
+  mep__devshare_t *share; /* the workspace, shared with the peers */
   void *ws;
   size_t ws_bytes;       /* the same on every rank (mep__kpath_setup) */
   int blocks;            /* per launch, the same on every rank */
-  mep_tp_mr_t *mr;
   void **table;          /* device: [n] mapped workspaces */
   int32_t *active;       /* pinned, mapped: [n] */
   uint32_t *status;      /* pinned, mapped */
@@ -57,14 +57,10 @@ struct mep__kpath {
 
 static uint64_t generation; /* set-ups of this process, for store keys */
 
-/* Whether this rank reaches every active peer over nvlink (why if not). */
-static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
-  int t = mep__cu_nvlink_index(comm);
-  if (t < 0) {
-    snprintf(cu->why, sizeof cu->why, "the nvlink transport is not loaded "
-             "here (MEP_TRANSPORTS, or no GPU, or not built)");
-    return 0;
-  }
+/* Whether every active peer has a device route that maps its memory
+ * (why if not); the routes go to kp->routes. */
+static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act,
+                       const mep__devroute_t **routes) {
   if (comm->size > MEP__DC_MAX_RANKS) {
     snprintf(cu->why, sizeof cu->why, "the kernels take at most %d ranks, "
              "the group has %d", MEP__DC_MAX_RANKS, comm->size);
@@ -72,34 +68,25 @@ static int reaches_all(mep_comm_t *comm, mep__cuda_t *cu, const uint8_t *act) {
   }
   for (int p = 0; p < comm->size; p++) {
     if (p == comm->rank || !act[p]) continue;
-    char why[160];
-    if (!mep__cu_nvlink_reaches(comm, t, p, why, sizeof why)) {
-      snprintf(cu->why, sizeof cu->why, "nvlink does not reach rank %d: %s",
-               p, why);
-      return 0;
-    }
+    char why[512];
+    int rc = mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_PTR),
+                               &routes[p], why, sizeof why);
+    if (rc == MEP_ERR_UNREACHABLE)
+      snprintf(cu->why, sizeof cu->why, "no transport maps rank %d's "
+               "memory for kernels: %.190s", p, why);
+    else if (rc)
+      snprintf(cu->why, sizeof cu->why, "rank %d's device route: %.200s", p,
+               mep_last_error());
+    if (rc) return 0;
   }
   return 1;
 }
 
-static int import_peer(mep_comm_t *comm, struct mep__kpath *kp, int p,
-                       void **mapped) {
-  int rc = mep__cu_import_peer(comm, kp->tp, "kpath", generation, p,
-                               &kp->eps[p], &kp->rmrs[p], mapped);
-  return rc ? mep__err_wrap(rc, "the CUDA kernel path: rank %d's workspace",
-                            p)
-            : MEP_OK;
-}
-
-static int alloc_kp(mep_comm_t *comm, struct mep__kpath *kp, int t) {
-  kp->tp = t; /* before any failure: free_kp reads it */
+static int alloc_kp(mep_comm_t *comm, struct mep__kpath *kp) {
   kp->n = comm->size;
   size_t n = (size_t)kp->n;
   kp->member = calloc(n, 1);
-  kp->eps = calloc(n, sizeof *kp->eps);
-  kp->rmrs = calloc(n, sizeof *kp->rmrs);
-  if (!kp->member || !kp->eps || !kp->rmrs)
-    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  if (!kp->member) return mep__err(MEP_ERR_NOMEM, "out of memory");
   int rc;
   cudaError_t e = cudaMalloc(&kp->ws, kp->ws_bytes);
   if (e == cudaSuccess) e = cudaMalloc((void **)&kp->table, n * sizeof(void *));
@@ -137,28 +124,26 @@ static int shape(mep_comm_t *comm, int64_t *ws, int64_t *blocks) {
 }
 
 static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
-  int t = mep__cu_nvlink_index(comm);
-  int rc = alloc_kp(comm, kp, t);
-  if (rc) return rc;
-  mep__tp_t *tp = &comm->tps[t];
-  uint8_t rkey[MEP_TP_MAX_RKEY];
-  size_t rlen = sizeof rkey;
-  mep__err_clear();
-  rc = tp->vt->reg(tp->ctx, kp->ws, kp->ws_bytes, MEP_MEM_CUDA, &kp->mr, rkey,
-                   &rlen);
-  if (rc) return mep__err_wrap(rc, "the CUDA kernel path: register the "
-                               "workspace with nvlink");
-  if ((rc = mep__cu_publish_key(comm, "kpath", generation, rkey, rlen)))
-    return rc;
+  int rc = alloc_kp(comm, kp);
+  if (!rc) rc = mep__devshare_open(comm, "kpath", generation, kp->ws,
+                                   kp->ws_bytes, kp->routes, &kp->share);
+  if (rc) return mep__err_wrap(rc, "the CUDA kernel path: its workspace");
   void **host = calloc((size_t)kp->n, sizeof *host);
   if (!host) return mep__err(MEP_ERR_NOMEM, "out of memory");
   for (int p = 0; p < kp->n; p++) {
+    const mep__devpeer_t *dp;
     kp->member[p] = act[p];
     kp->active[p] = act[p];
-    if (p == comm->rank)
+    if (p == comm->rank) {
       host[p] = kp->ws;
-    else if (act[p] && (rc = import_peer(comm, kp, p, &host[p])))
-      break;
+    } else if (act[p]) {
+      rc = mep__devshare_import(kp->share, p, &dp);
+      if (rc) {
+        mep__err_wrap(rc, "the CUDA kernel path: rank %d's workspace", p);
+        break;
+      }
+      host[p] = mep__devpeer_ptr(dp);
+    }
   }
   cudaError_t e = cudaSuccess;
   if (!rc) e = cudaMemcpy(kp->table, host, (size_t)kp->n * sizeof *host,
@@ -183,23 +168,30 @@ static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
 
 int mep__kpath_setup(mep_comm_t *comm, mep__cuda_t *cu) {
   uint8_t *act = calloc((size_t)comm->max_size, 1);
-  if (!act) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  const mep__devroute_t **routes = calloc((size_t)comm->size, sizeof *routes);
+  if (!act || !routes) {
+    free(act);
+    free(routes);
+    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  }
   mep_comm_active(comm, act, comm->max_size, NULL);
   /* minima of: reachable, size, -size (its maximum), blocks, -blocks */
   int64_t ws = 0, blocks = 0, v[5];
   int rc = shape(comm, &ws, &blocks);
-  int ok = rc == MEP_OK && reaches_all(comm, cu, act);
+  int ok = rc == MEP_OK && reaches_all(comm, cu, act, routes);
   int64_t here[5] = {ok, ws, -ws, blocks, -blocks};
   int arc = mep_allreduce(comm, here, v, 5, MEP_INT64, MEP_MIN, NULL);
   generation++;
   if (rc || arc < 0) {
     free(act);
+    free(routes);
     return rc ? rc : mep__err_wrap(arc, "agreeing on the CUDA path");
   }
   if (!v[0] || v[1] != -v[2] || v[3] != -v[4]) {
+    free(routes);
     if (ok && !v[0])
-      snprintf(cu->why, sizeof cu->why, "another rank cannot reach all of "
-               "its peers over nvlink");
+      snprintf(cu->why, sizeof cu->why, "another rank has a peer whose "
+               "memory no transport maps for kernels");
     else if (ok)
       snprintf(cu->why, sizeof cu->why, "the ranks differ in [core] "
                "cuda_workspace_bytes (%lld to %lld) or in their GPUs (%lld "
@@ -212,6 +204,9 @@ int mep__kpath_setup(mep_comm_t *comm, mep__cuda_t *cu) {
   if (cu->kp) {
     cu->kp->ws_bytes = (size_t)ws;
     cu->kp->blocks = (int)blocks;
+    cu->kp->routes = routes;
+  } else {
+    free(routes);
   }
   rc = cu->kp ? build(comm, cu->kp, act)
               : mep__err(MEP_ERR_NOMEM, "out of memory");
@@ -470,22 +465,15 @@ int mep__kpath_run(mep_comm_t *comm, mep__cuda_t *cu,
   return track(comm, cu, op->stream, req);
 }
 
-static void free_kp(mep_comm_t *comm, struct mep__kpath *kp) {
-  mep__tp_t *tp = kp->tp >= 0 ? &comm->tps[kp->tp] : NULL;
-  for (int p = 0; tp && p < kp->n; p++) {
-    /* Unimport only: nvlink's endpoint to a peer is shared with device
-     * windows (devwin.c); it closes with the communicator. */
-    if (kp->rmrs && kp->rmrs[p]) tp->vt->unimport(kp->eps[p], kp->rmrs[p]);
-  }
-  if (tp && kp->mr) tp->vt->dereg(tp->ctx, kp->mr);
+static void free_kp(struct mep__kpath *kp) {
+  mep__devshare_close(kp->share);
   if (kp->ws) cudaFree(kp->ws);
   if (kp->table) cudaFree(kp->table);
   if (kp->active) cudaFreeHost(kp->active);
   if (kp->status) cudaFreeHost(kp->status);
   cudaGetLastError();
   free(kp->member);
-  free(kp->eps);
-  free(kp->rmrs);
+  free(kp->routes);
   free(kp);
 }
 
@@ -493,11 +481,12 @@ static void free_kp(mep_comm_t *comm, struct mep__kpath *kp) {
  * word: groups are freed only with the communicator (after its engine
  * closed), or at once when no kernel ever ran on them. */
 void mep__kpath_retire(mep_comm_t *comm, mep__cuda_t *cu) {
+  (void)comm;
   struct mep__kpath *kp = cu->kp;
   cu->kp = NULL;
   if (!kp) return;
   if (!kp->launched) {
-    free_kp(comm, kp);
+    free_kp(kp);
     return;
   }
   kp->older = cu->retired;
@@ -512,7 +501,7 @@ void mep__kpath_free(mep_comm_t *comm, mep__cuda_t *cu) {
   while (cu->retired) {
     struct mep__kpath *kp = cu->retired;
     cu->retired = kp->older;
-    free_kp(comm, kp);
+    free_kp(kp);
   }
 }
 #endif

@@ -1,19 +1,22 @@
 /* devwin.c - the device window (mep/device.h): creation, destruction and
  * accessors. The proxy thread that serves MEP_DEV_PROXY peers is in
- * devwin_proxy.c; the nvlink steps shared with the kernel path are in
- * cuda_share.c.
+ * devwin_proxy.c; the transport that serves kernels for a peer is its
+ * device route (devroute.c), and sharing the device part with those peers
+ * is devshare.c's.
  *
  * Creation is collective and goes in three steps, each ended by a host
  * all-reduce so that every rank learns whether another failed and all
  * fail together (nobody is left waiting for a key that never comes):
- *  1. local: the device part, the kind of each peer, the nvlink
- *     registration; agree on a serial for the store keys, on `bytes` and
- *     on whether any pair of the group needs the proxy;
- *  2. publish the nvlink key; allocate the host part and the ring;
+ *  1. local: the device part, the kind of each peer (from its device
+ *     route); agree on a serial for the store keys, on `bytes` and on
+ *     whether any pair of the group needs the proxy;
+ *  2. share the device part (register, publish the keys); allocate the
+ *     host part and the ring;
  *  3. register the host part (collective in order: every rank does it or
- *     none), import and map the peers, start the proxy, copy the
- *     descriptor to the device. The last all-reduce is also the barrier
- *     after which a peer may write into parts their owners have zeroed. */
+ *     none), import the peers' parts with their descriptors, start the
+ *     proxy, copy the descriptor to the device. The last all-reduce is also
+ *     the barrier after which a peer may write into parts their owners
+ *     have zeroed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +90,9 @@ int mep_devwin_proxy_error(const mep_devwin_t *win, char *msg, size_t len) {
 #include <cuda_runtime_api.h>
 
 #include "comm.h"
-#include "cuda_share.h"
 #include "cudapath.h"
+#include "devroute.h"
+#include "devshare.h"
 #include "devwin.h"
 #include "log.h"
 #include "region.h"
@@ -101,15 +105,12 @@ struct mep_devwin {
   int rank, size;
   size_t bytes;
   uint64_t serial;           /* of the store keys, agreed by all ranks */
-  int tp;                    /* nvlink in comm->tps, or -1 */
   int32_t *kind;             /* [size] */
   uint8_t **peer;            /* [size]: mapped device parts, own: dev_base */
-  mep_tp_ep_t **eps;         /* [size]: nvlink's, shared with the comm */
-  mep_tp_rmr_t **rmrs;       /* [size] */
+  const mep__devroute_t **routes; /* [size]: of the MEP_DEV_PTR peers */
+  uint8_t *pdesc, *rdesc;    /* [size][MEP_DEV_DESC_MAX]: descriptor parts */
+  mep__devshare_t *share;    /* the device part, shared with those peers */
   void *dev_base;
-  mep_tp_mr_t *mr;
-  uint8_t rkey[MEP_TP_MAX_RKEY];
-  size_t rkey_len;
   void *host_base;           /* NULL when the group needs no proxy */
   mep_region_t *region;
   mep_dev_cmd_t *ring;
@@ -119,6 +120,7 @@ struct mep_devwin {
   unsigned long long *tail;  /* device */
   int32_t *dkind;            /* device [size] */
   uint8_t **dpeer;           /* device [size] */
+  uint8_t *dpdesc, *drdesc;  /* device [size][MEP_DEV_DESC_MAX] */
   mep_dev_win_t *ddesc;      /* device */
   mep__proxy_t *proxy;
 };
@@ -128,18 +130,14 @@ struct mep_devwin {
 static uint64_t next_serial;
 
 static void free_win(mep_devwin_t *w) {
-  mep_comm_t *comm = w->comm;
   if (w->region) mep_region_deregister(w->region);
-  /* nvlink hands out one ep per peer process, the communicator's own
-   * route among them: unimport here, close only with the communicator. */
-  mep__tp_t *tp = w->tp >= 0 ? &comm->tps[w->tp] : NULL;
-  for (int p = 0; tp && w->rmrs && p < w->size; p++)
-    if (w->rmrs[p]) tp->vt->unimport(w->eps[p], w->rmrs[p]);
-  if (tp && w->mr) tp->vt->dereg(tp->ctx, w->mr);
+  mep__devshare_close(w->share);
   if (w->dev_base) cudaFree(w->dev_base);
   if (w->tail) cudaFree(w->tail);
   if (w->dkind) cudaFree(w->dkind);
   if (w->dpeer) cudaFree(w->dpeer);
+  if (w->dpdesc) cudaFree(w->dpdesc);
+  if (w->drdesc) cudaFree(w->drdesc);
   if (w->ddesc) cudaFree(w->ddesc);
   if (w->host_base) cudaFreeHost(w->host_base);
   if (w->ring) cudaFreeHost(w->ring);
@@ -148,8 +146,9 @@ static void free_win(mep_devwin_t *w) {
   cudaGetLastError();
   free(w->kind);
   free(w->peer);
-  free(w->eps);
-  free(w->rmrs);
+  free(w->routes);
+  free(w->pdesc);
+  free(w->rdesc);
   free(w);
 }
 
@@ -165,8 +164,9 @@ static int pinned(void **p, size_t bytes, const char *what) {
   return MEP_OK;
 }
 
-/* The device part (zeroed), the ring's counters, each peer's kind and the
- * nvlink registration. Sets *need when a peer of this rank needs the
+/* The device part (zeroed), the ring's counters and each peer's kind: a
+ * peer whose device route stores into mapped memory is MEP_DEV_PTR, any
+ * other the proxy's. Sets *need when a peer of this rank needs the
  * proxy. */
 static int local_part(mep_devwin_t *w, const uint8_t *act, int *need) {
   mep_comm_t *comm = w->comm;
@@ -186,37 +186,29 @@ static int local_part(mep_devwin_t *w, const uint8_t *act, int *need) {
   int rc = pinned((void **)&w->done, sizeof *w->done, "the ring's counter");
   if (!rc) rc = pinned((void **)&w->failed, sizeof *w->failed, "its flag");
   if (rc) return rc;
-  w->tp = mep__cu_nvlink_index(comm);
-  int mapped_peers = 0;
   *need = 0;
   for (int p = 0; p < w->size; p++) {
-    char why[160];
+    char why[512];
+    const mep__devroute_t *r = NULL;
     if (p == w->rank) {
       w->kind[p] = MEP_DEV_PTR;
       w->peer[p] = w->dev_base;
-    } else if (act[p] && w->tp >= 0 &&
-               mep__cu_nvlink_reaches(comm, w->tp, p, why, sizeof why)) {
-      w->kind[p] = MEP_DEV_PTR;
-      mapped_peers++;
-    } else {
-      /* a rank outside the active set is not sent to: it needs no proxy */
-      w->kind[p] = MEP_DEV_PROXY;
-      if (act[p]) *need = 1;
-      if (act[p] && w->tp >= 0)
-        mep__debug("device window: rank %d through the proxy: %s", p, why);
+      continue;
+    }
+    /* a rank outside the active set is not sent to: it needs no proxy */
+    rc = act[p] ? mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_PTR), &r,
+                                    why, sizeof why)
+                : MEP_ERR_UNREACHABLE;
+    if (rc && rc != MEP_ERR_UNREACHABLE)
+      return mep__err_wrap(rc, "device window: rank %d's device route", p);
+    w->kind[p] = r ? MEP_DEV_PTR : MEP_DEV_PROXY;
+    w->routes[p] = r;
+    if (!r && act[p]) {
+      *need = 1;
+      mep__debug("device window: rank %d through the proxy: %s", p, why);
     }
   }
-  if (!mapped_peers) return MEP_OK;
-  mep__tp_t *tp = &comm->tps[w->tp];
-  w->rkey_len = sizeof w->rkey;
-  mep__err_clear();
-  rc = tp->vt->reg(tp->ctx, w->dev_base, w->bytes, MEP_MEM_CUDA, &w->mr,
-                   w->rkey, &w->rkey_len);
-  if (rc == MEP_OK && w->rkey_len > sizeof w->rkey)
-    rc = mep__err(MEP_ERR_PROTOCOL, "remote key of %zu bytes", w->rkey_len);
-  return rc ? mep__err_wrap(rc, "device window: register its device part "
-                            "with nvlink")
-            : MEP_OK;
+  return MEP_OK;
 }
 
 /* The host part, mapped into the GPU, and the ring. */
@@ -228,18 +220,27 @@ static int host_part(mep_devwin_t *w) {
   return rc;
 }
 
+/* A device copy of n bytes at src; *dst NULL when it failed. */
+static cudaError_t to_device(void *dst, const void *src, size_t n) {
+  void **d = dst;
+  cudaError_t e = cudaMalloc(d, n);
+  if (e != cudaSuccess) {
+    *d = NULL;
+    return e;
+  }
+  return cudaMemcpy(*d, src, n, cudaMemcpyHostToDevice);
+}
+
 /* What the kernels read: the per-peer arrays and the descriptor. */
 static int descriptor(mep_devwin_t *w) {
-  size_t n = (size_t)w->size;
+  size_t n = (size_t)w->size, dn = n * MEP_DEV_DESC_MAX;
   mep_dev_win_t d;
   memset(&d, 0, sizeof d);
-  cudaError_t e = cudaMalloc((void **)&w->dkind, n * sizeof *w->dkind);
-  if (e != cudaSuccess) w->dkind = NULL;
-  if (e == cudaSuccess) e = cudaMalloc((void **)&w->dpeer, n * sizeof *w->dpeer);
-  if (e != cudaSuccess) w->dpeer = NULL;
-  if (e == cudaSuccess) e = cudaMalloc((void **)&w->ddesc, sizeof *w->ddesc);
-  if (e != cudaSuccess) w->ddesc = NULL;
   void *host = NULL, *ring = NULL, *done = NULL, *failed = NULL;
+  cudaError_t e = to_device(&w->dkind, w->kind, n * sizeof *w->dkind);
+  if (e == cudaSuccess) e = to_device(&w->dpeer, w->peer, n * sizeof *w->peer);
+  if (e == cudaSuccess) e = to_device(&w->dpdesc, w->pdesc, dn);
+  if (e == cudaSuccess) e = to_device(&w->drdesc, w->rdesc, dn);
   if (e == cudaSuccess && w->host_base)
     e = cudaHostGetDevicePointer(&host, w->host_base, 0);
   if (e == cudaSuccess && w->ring)
@@ -261,13 +262,9 @@ static int descriptor(mep_devwin_t *w) {
   d.ring_tail = w->tail;
   d.ring_done = done;
   d.proxy_failed = failed;
-  e = cudaMemcpy(w->dkind, w->kind, n * sizeof *w->dkind,
-                 cudaMemcpyHostToDevice);
-  if (e == cudaSuccess)
-    e = cudaMemcpy(w->dpeer, w->peer, n * sizeof *w->dpeer,
-                   cudaMemcpyHostToDevice);
-  if (e == cudaSuccess)
-    e = cudaMemcpy(w->ddesc, &d, sizeof d, cudaMemcpyHostToDevice);
+  d.peer_desc = w->dpdesc;
+  d.region_desc = w->drdesc;
+  e = to_device(&w->ddesc, &d, sizeof d);
   return e == cudaSuccess ? MEP_OK
                           : mep__cuda_err(e, "device window: its descriptor");
 }
@@ -279,13 +276,15 @@ static int connect_peers(mep_devwin_t *w, const uint8_t *act) {
     if (p == w->rank || !act[p]) continue;
     int rc = MEP_OK;
     if (w->kind[p] == MEP_DEV_PTR) {
-      void *mapped = NULL;
-      mep__err_clear();
-      rc = mep__cu_import_peer(comm, w->tp, "devwin", w->serial, p,
-                               &w->eps[p], &w->rmrs[p], &mapped);
-      w->peer[p] = mapped;
+      const mep__devpeer_t *dp = NULL;
+      rc = mep__devshare_import(w->share, p, &dp);
       if (rc)
         return mep__err_wrap(rc, "device window: rank %d's device part", p);
+      w->peer[p] = mep__devpeer_ptr(dp);
+      memcpy(w->pdesc + (size_t)p * MEP_DEV_DESC_MAX, dp->route.desc,
+             dp->route.desc_len);
+      memcpy(w->rdesc + (size_t)p * MEP_DEV_DESC_MAX, dp->region,
+             dp->region_len);
     } else {
       /* imported now, so the proxy's first put does not wait on the store */
       mep__remote_t *rem;
@@ -343,9 +342,9 @@ static int create(mep_devwin_t *w, const uint8_t *act) {
                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
 
-  if (w->mr)
-    rc = mep__cu_publish_key(comm, "devwin", w->serial, w->rkey, w->rkey_len);
-  if (rc) mep__err_wrap(rc, "device window: publishing its nvlink key");
+  rc = mep__devshare_open(comm, "devwin", w->serial, w->dev_base, w->bytes,
+                          w->routes, &w->share);
+  if (rc) mep__err_wrap(rc, "device window: sharing its device part");
   if (!rc && v[3]) rc = host_part(w);
   if (rc) snprintf(msg, sizeof msg, "%s", mep_last_error());
   int64_t f = rc != 0;
@@ -389,16 +388,17 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
   size_t n = (size_t)comm->size;
   if (w) {
     w->comm = comm;
-    w->tp = -1;
     w->rank = comm->rank;
     w->size = comm->size;
     w->bytes = bytes;
     w->kind = calloc(n, sizeof *w->kind);
     w->peer = calloc(n, sizeof *w->peer);
-    w->eps = calloc(n, sizeof *w->eps);
-    w->rmrs = calloc(n, sizeof *w->rmrs);
+    w->routes = calloc(n, sizeof *w->routes);
+    w->pdesc = calloc(n, MEP_DEV_DESC_MAX);
+    w->rdesc = calloc(n, MEP_DEV_DESC_MAX);
   }
-  if (!w || !act || !w->kind || !w->peer || !w->eps || !w->rmrs) {
+  if (!w || !act || !w->kind || !w->peer || !w->routes || !w->pdesc ||
+      !w->rdesc) {
     free(act);
     if (w) free_win(w);
     /* the first step's agreement, so the others fail at once too */

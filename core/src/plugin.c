@@ -2,6 +2,7 @@
  * a plugin host hands to them. */
 #include "plugin.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <libgen.h>
@@ -12,8 +13,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "error.h"
 #include "log.h"
 
@@ -25,6 +28,47 @@
 #endif
 
 /* ------------------------------------------------------------- opening */
+
+static int is_key_name(const char *s) {
+  if (!s || !*s) return 0;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return 0;
+  return 1;
+}
+
+/* A declared key table is well formed: names, types, and each default
+ * passes its own declaration, so a plugin author learns of a mistake when
+ * the plugin is loaded, not when a user sets the key. */
+static int check_keys(const char *path, const mep_transport_t *vt) {
+  size_t n = 0;
+  const mep_tp_cfg_key_t *keys = mep__plugin_keys(vt, &n);
+  for (size_t i = 0; i < n; i++) {
+    const mep_tp_cfg_key_t *k = &keys[i];
+    if (!is_key_name(k->name))
+      return mep__err(MEP_ERR_ABI, "plugin %s (%s): config key %zu has the "
+                      "name '%s' (letters, digits and '_')", path, vt->name,
+                      i, k->name ? k->name : "(null)");
+    for (size_t j = 0; j < i; j++)
+      if (!strcasecmp(keys[j].name, k->name))
+        return mep__err(MEP_ERR_ABI, "plugin %s (%s): config key '%s' is "
+                        "declared twice", path, vt->name, k->name);
+    int bad_type = k->type < MEP_TP_CFG_STRING || k->type > MEP_TP_CFG_RANGE;
+    if (bad_type || (k->type == MEP_TP_CFG_CHOICE && !k->choices) ||
+        ((k->type == MEP_TP_CFG_INT || k->type == MEP_TP_CFG_RANGE) &&
+         k->min > k->max) || !k->help)
+      return mep__err(MEP_ERR_ABI, "plugin %s (%s): config key '%s': %s",
+                      path, vt->name, k->name,
+                      bad_type ? "unknown type"
+                      : !k->help ? "no help text"
+                      : k->type == MEP_TP_CFG_CHOICE ? "no choices"
+                                                     : "min > max");
+    mep__config_key_t ck = mep__config_key_of(vt->name, k);
+    if (k->def && mep__config_check_value(&ck, vt->name, k->def, "its "
+                                          "declared default"))
+      return mep__err_wrap(MEP_ERR_ABI, "plugin %s", path);
+  }
+  return MEP_OK;
+}
 
 static int check_vtable(const char *path, const mep_transport_t *vt) {
   if (vt->abi_major != MEP_TRANSPORT_ABI_MAJOR)
@@ -51,7 +95,7 @@ static int check_vtable(const char *path, const mep_transport_t *vt) {
   if (missing)
     return mep__err(MEP_ERR_ABI, "plugin %s (%s): function '%s' is NULL",
                     path, vt->name, missing);
-  return MEP_OK;
+  return check_keys(path, vt);
 }
 
 int mep_plugin_open(const char *path, mep_plugin_t **out) {
@@ -242,6 +286,61 @@ static void plugin_set_error(const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The declared key `key` of one of the types in `types` (a bit per
+ * mep_tp_cfg_type_t), and its value and origin as the env gives them. */
+static int lookup(const mep_tp_env_t *env, const char *key, unsigned types,
+                  mep__config_key_t *k, const char **value,
+                  const char **origin) {
+  const mep_tp_cfg_key_t *d = NULL;
+  for (size_t i = 0; key && i < env->cfg_nkeys && !d; i++)
+    if (!strcasecmp(env->cfg_keys[i].name, key)) d = &env->cfg_keys[i];
+  const cfg_section_t *s = env->cfg_get == section_get ? env->cfg : NULL;
+  const char *section = s ? s->name : "plugin";
+  if (!d || !(types & (1u << d->type)))
+    return mep__err(MEP_ERR_INVALID, "%s: config key '%s' is not declared "
+                    "%s", section, key ? key : "(null)",
+                    d ? "with the type this read needs" : "by the plugin");
+  *k = mep__config_key_of(section, d);
+  const char *v = env->cfg_get ? env->cfg_get(env->cfg, key) : NULL;
+  *origin = s ? mep__config_origin(s->cfg, s->name, key)
+              : v ? "the plugin host" : "default";
+  *value = v ? v : d->def;
+  return MEP_OK;
+}
+
+static int env_cfg_int(const mep_tp_env_t *env, const char *key,
+                       int64_t *out) {
+  mep__config_key_t k;
+  const char *v, *origin;
+  unsigned types = 1u << MEP_TP_CFG_INT | 1u << MEP_TP_CFG_BOOL |
+                   1u << MEP_TP_CFG_CHOICE;
+  int rc = out ? lookup(env, key, types, &k, &v, &origin)
+               : mep__err(MEP_ERR_INVALID, "cfg_int: NULL out");
+  if (rc == MEP_OK && !v)
+    rc = mep__err(MEP_ERR_CONFIG, "%s.%s is not set and has no default",
+                  k.section, k.key);
+  return rc ? rc : mep__config_value(&k, k.section, v, origin, out, NULL);
+}
+
+static int env_cfg_range(const mep_tp_env_t *env, const char *key,
+                         int64_t *lo, int64_t *hi) {
+  mep__config_key_t k;
+  const char *v, *origin;
+  int rc = lo && hi ? lookup(env, key, 1u << MEP_TP_CFG_RANGE, &k, &v, &origin)
+                    : mep__err(MEP_ERR_INVALID, "cfg_range: NULL out");
+  if (rc == MEP_OK && !v)
+    rc = mep__err(MEP_ERR_CONFIG, "%s.%s is not set and has no default",
+                  k.section, k.key);
+  return rc ? rc : mep__config_value(&k, k.section, v, origin, lo, hi);
+}
+
+static const char *env_cfg_str(const mep_tp_env_t *env, const char *key) {
+  mep__config_key_t k;
+  const char *v, *origin;
+  if (lookup(env, key, ~0u, &k, &v, &origin)) return NULL;
+  return v ? v : "";
+}
+
 int mep_plugin_env_init(mep_tp_env_t *env, const mep_config_t *cfg,
                         const char *section) {
   if (!env || !section)
@@ -264,7 +363,35 @@ int mep_plugin_env_init(mep_tp_env_t *env, const mep_config_t *cfg,
   env->cfg_get = section_get;
   env->log = plugin_log;
   env->set_error = plugin_set_error;
+  env->cfg_int = env_cfg_int;
+  env->cfg_range = env_cfg_range;
+  env->cfg_str = env_cfg_str;
   return MEP_OK;
+}
+
+int mep_plugin_config_check(const mep_plugin_t *p, const mep_config_t *cfg) {
+  if (!p) return mep__err(MEP_ERR_INVALID, "plugin config check: NULL");
+  size_t n = 0;
+  const mep_tp_cfg_key_t *keys = mep__plugin_keys(p->vt, &n);
+  return keys ? mep__config_check_plugin(cfg, p->vt->name, keys, n) : MEP_OK;
+}
+
+int mep_plugin_env_open(mep_tp_env_t *env, const mep_config_t *cfg,
+                        const mep_plugin_t *p) {
+  if (!env || !p) return mep__err(MEP_ERR_INVALID, "plugin env: NULL");
+  memset(env, 0, sizeof *env); /* a failed open needs no fini */
+  int rc = mep_plugin_config_check(p, cfg);
+  if (rc == MEP_OK) rc = mep_plugin_env_init(env, cfg, p->vt->name);
+  if (rc == MEP_OK) env->cfg_keys = mep__plugin_keys(p->vt, &env->cfg_nkeys);
+  return rc;
+}
+
+const mep_tp_cfg_key_t *mep_plugin_config_keys(const mep_plugin_t *p,
+                                               size_t *n) {
+  size_t k = 0;
+  const mep_tp_cfg_key_t *keys = p ? mep__plugin_keys(p->vt, &k) : NULL;
+  if (n) *n = k;
+  return keys;
 }
 
 void mep_plugin_env_fini(mep_tp_env_t *env) {

@@ -39,6 +39,12 @@
 
 #define NVL_DEFAULT_TIMEOUT_MS 30000
 
+/* The transport's name; the build makes a copy under another (meson.build)
+ * to test that nothing depends on it. */
+#ifndef MEP_NVL_NAME
+#define MEP_NVL_NAME "nvlink"
+#endif
+
 /* Blobs: little-endian, a magic and a version first. */
 #define NVL_BLOB_VERSION 1
 #define NVL_BUSID_LEN 20
@@ -147,6 +153,16 @@ int mep__nvl_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr);
 int mep__nvl_map(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void **dev_ptr);
 void mep__nvl_rmrs_release(nvl_ctx_t *ctx, nvl_rmr_t *list);
 void mep__nvl_mrs_free(nvl_ctx_t *ctx);
+
+/* desc.c */
+int mep__nvl_device_descriptor(mep_tp_ctx_t *ctx, int peer, void *desc,
+                               size_t *len);
+int mep__nvl_device_region(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
+                           size_t *len);
+
+/* plugin.c: the [nvlink] keys */
+#define MEP_NVL_NKEYS 2
+extern const mep_tp_cfg_key_t mep__nvl_keys[MEP_NVL_NKEYS];
 
 /* ops.c */
 int mep__nvl_write(mep_tp_ep_t *ep, mep_tp_mr_t *mr, uint64_t loff,

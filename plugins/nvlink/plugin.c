@@ -36,28 +36,34 @@ static uint64_t new_nonce(const void *salt) {
   return v ? v : 1;
 }
 
-/* [nvlink] enable = 0 turns the transport off (MEP_ERR_UNAVAILABLE);
- * enable_peer_access: 0/1 (also false/true, no/yes, off/on). */
+const mep_tp_cfg_key_t mep__nvl_keys[MEP_NVL_NKEYS] = {
+    {"enable", MEP_TP_CFG_BOOL, 0, 0, "1", NULL,
+     "0 turns the nvlink transport (CUDA IPC between GPUs of one host) "
+     "off."},
+    {"enable_peer_access", MEP_TP_CFG_BOOL, 0, 0, "1", NULL,
+     "1 enables CUDA peer access between the GPUs of connected ranks "
+     "(needed for kernels to load from a peer GPU's memory)."},
+};
+
+/* [nvlink] enable = 0 turns the transport off (MEP_ERR_UNAVAILABLE). */
 static int cfg_read(const mep_tp_env_t *env, nvl_ctx_t *ctx) {
-  static const char *const yes[] = {"1", "true", "yes", "on"};
-  static const char *const no[] = {"0", "false", "no", "off"};
-  ctx->peer_access = 1;
-  const char *on = env->cfg_get ? env->cfg_get(env->cfg, "enable") : NULL;
-  for (size_t i = 0; on && i < 4; i++)
-    if (!strcasecmp(on, no[i])) {
-      env->set_error("nvlink: turned off ([nvlink] enable = %s)", on);
-      return MEP_ERR_UNAVAILABLE;
-    }
-  const char *v = env->cfg_get ? env->cfg_get(env->cfg, "enable_peer_access")
-                               : NULL;
-  if (!v || !*v) return 0;
-  for (size_t i = 0; i < 4; i++) {
-    if (!strcasecmp(v, yes[i])) return ctx->peer_access = 1, 0;
-    if (!strcasecmp(v, no[i])) return ctx->peer_access = 0, 0;
+  if (env->struct_size < offsetof(mep_tp_env_t, cfg_int) +
+                             sizeof env->cfg_int || !env->cfg_int) {
+    env->set_error("nvlink: this libmep is older than transport ABI 1.3 "
+                   "(typed configuration reads); rebuild nvlink against it");
+    return MEP_ERR_ABI;
   }
-  env->set_error("nvlink: bad value '%s' for [nvlink] enable_peer_access: "
-                 "expected 0 or 1", v);
-  return MEP_ERR_CONFIG;
+  int64_t on, access;
+  int rc = env->cfg_int(env, "enable", &on);
+  if (!rc) rc = env->cfg_int(env, "enable_peer_access", &access);
+  if (rc) return rc;
+  if (!on) {
+    env->set_error("nvlink: turned off ([nvlink] enable = %s)",
+                   env->cfg_str(env, "enable"));
+    return MEP_ERR_UNAVAILABLE;
+  }
+  ctx->peer_access = (int)access;
+  return 0;
 }
 
 static void ep_free(nvl_ep_t *ep) { free(ep); }
@@ -357,7 +363,7 @@ __attribute__((visibility("default"))) const mep_transport_t
         .abi_major = MEP_TRANSPORT_ABI_MAJOR,
         .abi_minor = MEP_TRANSPORT_ABI_MINOR,
         .struct_size = sizeof(mep_transport_t),
-        .name = "nvlink",
+        .name = MEP_NVL_NAME,
         .version = "1.0",
         .init = nvl_init,
         .props = nvl_props,
@@ -371,10 +377,11 @@ __attribute__((visibility("default"))) const mep_transport_t
         .write = mep__nvl_write,
         .signal = mep__nvl_signal,
         .poll = mep__nvl_poll,
-        /* Not needed: kernels reach an nvlink peer through map(), which
-         * gives the mapped pointer MEP_DEV_PTR stands for. */
-        .device_descriptor = NULL,
+        .device_descriptor = mep__nvl_device_descriptor,
         .close = nvl_close,
         .fini = nvl_fini,
         .map = mep__nvl_map,
+        .config_keys = mep__nvl_keys,
+        .config_nkeys = MEP_NVL_NKEYS,
+        .device_region = mep__nvl_device_region,
 };

@@ -1,78 +1,57 @@
-/* config.c - the [tcp] keys, read through env->cfg_get and checked. */
-#include <errno.h>
-#include <stdlib.h>
+/* config.c - the [tcp] keys: their declaration (which the core checks the
+ * user's configuration against and mep-info prints) and their reading. */
+#include <stddef.h>
 #include <string.h>
-#include <strings.h>
 
 #include "tcp.h"
 
-/* A whole decimal integer in [lo, hi], nothing before or after it. */
-static int parse_int(const char *s, long lo, long hi, int *out) {
-  if (!s || !*s) return -1;
-  char *end = NULL;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return -1;
-  *out = (int)v;
-  return 0;
-}
+const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS] = {
+    {"ifname", MEP_TP_CFG_STRING, 0, 0, "", NULL,
+     "Interface to listen on and connect from. Empty: the first "
+     "non-loopback interface that is up, else lo."},
+    {"port_range", MEP_TP_CFG_RANGE, 1, 65535, "0", NULL,
+     "Ports to listen on: 0 for an ephemeral port picked by the system, or a "
+     "range LO-HI (e.g. 31000-31100) for firewalls that open only those."},
+    {"sockets_per_peer", MEP_TP_CFG_INT, 1, MEP_TCP_MAX_SOCKS, "1", NULL,
+     "TCP connections per peer (1 to 16); large writes are striped over "
+     "them, which helps on links one TCP stream cannot fill."},
+    {"connect_retries", MEP_TP_CFG_INT, 0, 1000000, "10", NULL,
+     "Attempts of a refused connect (the peer may not listen yet), with "
+     "backoff, all within timeout_ms."},
+    {"nodelay", MEP_TP_CFG_BOOL, 0, 0, "1", NULL,
+     "1 turns off Nagle's algorithm, so small messages such as signals "
+     "leave at once instead of waiting to be batched."},
+};
 
-static int parse_bool(const char *s, int *out) {
-  static const char *const yes[] = {"1", "true", "yes", "on"};
-  static const char *const no[] = {"0", "false", "no", "off"};
-  for (size_t i = 0; i < 4; i++) {
-    if (!strcasecmp(s, yes[i])) return *out = 1, 0;
-    if (!strcasecmp(s, no[i])) return *out = 0, 0;
-  }
-  return -1;
-}
-
-/* "0" (ephemeral) or "LO-HI" with 1 <= LO <= HI <= 65535. */
-static int parse_range(const char *s, int *lo, int *hi) {
-  if (!strcmp(s, "0")) return *lo = *hi = 0, 0;
-  const char *dash = strchr(s, '-');
-  if (!dash || dash == s) return -1;
-  char first[16];
-  size_t n = (size_t)(dash - s);
-  if (n >= sizeof first) return -1;
-  memcpy(first, s, n);
-  first[n] = '\0';
-  if (parse_int(first, 1, 65535, lo) || parse_int(dash + 1, 1, 65535, hi))
-    return -1;
-  return *lo <= *hi ? 0 : -1;
-}
-
-static const char *get(const mep_tp_env_t *env, const char *key) {
-  const char *v = env->cfg_get ? env->cfg_get(env->cfg, key) : NULL;
-  return v && *v ? v : NULL;
-}
-
-static int bad(const mep_tp_env_t *env, const char *key, const char *val,
-               const char *want) {
-  env->set_error("tcp: bad value '%s' for [tcp] %s: expected %s", val, key,
-                 want);
-  return MEP_ERR_CONFIG;
-}
-
+/* The core checked every value against the table above when it loaded
+ * the plugin; the typed reads check again (a host may hand other values)
+ * and apply the defaults. */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
-  *cfg = (tcp_cfg_t){.nsock = 1, .retries = 10, .nodelay = 1};
-  const char *v;
-  if ((v = get(env, "ifname"))) {
-    if (strlen(v) >= sizeof cfg->ifname)
-      return bad(env, "ifname", v, "an interface name");
-    strcpy(cfg->ifname, v);
+  if (env->struct_size < offsetof(mep_tp_env_t, cfg_str) +
+                             sizeof env->cfg_str ||
+      !env->cfg_int || !env->cfg_range || !env->cfg_str) {
+    env->set_error("tcp: this libmep is older than transport ABI 1.3 "
+                   "(typed configuration reads); rebuild tcp against it");
+    return MEP_ERR_ABI;
   }
-  if ((v = get(env, "port_range")) &&
-      parse_range(v, &cfg->port_lo, &cfg->port_hi))
-    return bad(env, "port_range", v,
-               "0 (ephemeral) or LO-HI with 1 <= LO <= HI <= 65535");
-  if ((v = get(env, "sockets_per_peer")) &&
-      parse_int(v, 1, MEP_TCP_MAX_SOCKS, &cfg->nsock))
-    return bad(env, "sockets_per_peer", v, "an integer from 1 to 16");
-  if ((v = get(env, "connect_retries")) &&
-      parse_int(v, 0, 1000000, &cfg->retries))
-    return bad(env, "connect_retries", v, "an integer from 0 to 1000000");
-  if ((v = get(env, "nodelay")) && parse_bool(v, &cfg->nodelay))
-    return bad(env, "nodelay", v, "0 or 1");
+  memset(cfg, 0, sizeof *cfg);
+  int64_t lo, hi, nsock, retries, nodelay;
+  int rc = env->cfg_range(env, "port_range", &lo, &hi);
+  if (!rc) rc = env->cfg_int(env, "sockets_per_peer", &nsock);
+  if (!rc) rc = env->cfg_int(env, "connect_retries", &retries);
+  if (!rc) rc = env->cfg_int(env, "nodelay", &nodelay);
+  if (rc) return rc;
+  const char *ifname = env->cfg_str(env, "ifname");
+  if (strlen(ifname) >= sizeof cfg->ifname) {
+    env->set_error("tcp: [tcp] ifname = '%s' is longer than an interface "
+                   "name can be", ifname);
+    return MEP_ERR_CONFIG;
+  }
+  strcpy(cfg->ifname, ifname);
+  cfg->port_lo = (int)lo;
+  cfg->port_hi = (int)hi;
+  cfg->nsock = (int)nsock;
+  cfg->retries = (int)retries;
+  cfg->nodelay = (int)nodelay;
   return 0;
 }

@@ -377,4 +377,6 @@ __attribute__((visibility("default"))) const mep_transport_t
         .device_descriptor = NULL,
         .close = mep__tcp_close,
         .fini = tcp_fini,
+        .config_keys = mep__tcp_keys,
+        .config_nkeys = MEP_TCP_NKEYS,
 };

@@ -236,6 +236,9 @@ typedef struct tcp_ctx {
 
 /* config.c */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
+/* The [tcp] keys this plugin declares (config.c). */
+#define MEP_TCP_NKEYS 5
+extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
 /* net.c */
 int64_t mep__tcp_now_ms(void);

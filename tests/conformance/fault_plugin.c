@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -98,7 +99,17 @@ static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
     char *volatile lost = malloc(4096);
     if (lost) lost[0] = 1;
   }
-  return inner->init(env, ctx);
+  /* The wrapped plugin reads its own keys: hand it an env whose typed
+   * reads know them (the core bound the wrapper's, which has none). */
+  static mep_tp_env_t inner_env;
+  inner_env = *env;
+  if (env->struct_size >= sizeof inner_env &&
+      inner->struct_size >= offsetof(mep_transport_t, config_nkeys) +
+                                sizeof inner->config_nkeys) {
+    inner_env.cfg_keys = inner->config_keys;
+    inner_env.cfg_nkeys = inner->config_nkeys;
+  }
+  return inner->init(&inner_env, ctx);
 }
 
 static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {

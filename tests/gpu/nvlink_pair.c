@@ -139,7 +139,7 @@ static void load_plugin(rank_ctx_t *rc) {
   rc->tp = mep_plugin_vtable(rc->plugin);
   REQ(rc->tp && rc->tp->map && rc->tp->struct_size >= sizeof *rc->tp,
       "the plugin's vtable has map() (ABI 1.2)");
-  REQ(mep_plugin_env_init(&rc->env, NULL, "nvlink") == 0, "env init");
+  REQ(mep_plugin_env_open(&rc->env, NULL, rc->plugin) == 0, "env open");
   rc->env.rank = g_rank;
   rc->env.size = 2;
   rc->env.timeout_ms = 10000;

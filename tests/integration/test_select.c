@@ -3,7 +3,7 @@
  * (MEP_HOST_ID): shm must carry same-host pairs and tcp the others, the
  * [peer]/[host] overrides must win, contradicting or impossible overrides
  * must fail creation with their error, and data must arrive intact over
- * the mixed routes. Needs MEP_SHM_PLUGIN (path of the built shm plugin). */
+ * the mixed routes. Needs MEP_TEST_SHM_PLUGIN (path of the built shm plugin). */
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +125,9 @@ static const scenario_t scenarios[] = {
 };
 
 int main(void) {
-  const char *shm = getenv("MEP_SHM_PLUGIN");
+  const char *shm = getenv("MEP_TEST_SHM_PLUGIN");
   if (!shm || access(shm, R_OK) != 0) {
-    printf("SKIP: MEP_SHM_PLUGIN does not name the built shm example plugin "
+    printf("SKIP: MEP_TEST_SHM_PLUGIN does not name the built shm example plugin "
            "(scripts/setup.sh builds it out of tree)\n");
     return 77;
   }

@@ -1,5 +1,6 @@
 /* mep-info - which transport plugins are found, what they can do, whether
  * they run here; with --size N, the route a local group picks per peer. */
+#include <ctype.h>
 #include <dirent.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -14,13 +15,17 @@
 static void usage(FILE *out) {
   fprintf(out,
 "usage: mep-info [--size N] [--config FILE] [--transports LIST] [--timeout-ms MS]\n"
+"       mep-info --ini\n"
 "\n"
-"Lists the transport plugins mep finds (path, ABI, capabilities, and whether\n"
-"each can run on this machine or why not). With --size N it also starts a\n"
-"local group of N ranks (forked, with a built-in store) and prints the\n"
-"transport each rank picked for every peer.\n"
+"Lists the transport plugins mep finds (path, ABI, capabilities, the keys of\n"
+"their configuration section, and whether each can run on this machine or\n"
+"why not). With --size N it also starts a local group of N ranks (forked,\n"
+"with a built-in store) and prints the transport each rank picked for every\n"
+"peer. With --ini it prints only each plugin's section as conf/mep.ini\n"
+"documents it: every key commented out at its default, with its help.\n"
 "\n"
 "  -n, --size N          start N local ranks and print their routes\n"
+"  -i, --ini             print the plugins' sections of mep.ini\n"
 "  -c, --config FILE     use this mep.ini (default: $MEP_CONFIG)\n"
 "  -t, --transports LIST set MEP_TRANSPORTS (e.g. shm,tcp or ^nvlink)\n"
 "      --timeout-ms MS   deadline for the local group (default 60000)\n"
@@ -40,11 +45,88 @@ static const char *dev_kind(mep_dev_kind_t k) {
   return "?";
 }
 
+static const char *type_name(const mep_tp_cfg_key_t *k, char *buf,
+                             size_t len) {
+  switch (k->type) {
+  case MEP_TP_CFG_STRING: return "text";
+  case MEP_TP_CFG_BOOL: return "0 or 1";
+  case MEP_TP_CFG_CHOICE: return k->choices;
+  case MEP_TP_CFG_INT:
+    snprintf(buf, len, "integer %lld to %lld", (long long)k->min,
+             (long long)k->max);
+    return buf;
+  case MEP_TP_CFG_RANGE:
+    snprintf(buf, len, "0 or LO-HI within %lld-%lld", (long long)k->min,
+             (long long)k->max);
+    return buf;
+  }
+  return "?";
+}
+
+/* Prints `text` as lines of at most 76 columns, each led by `lead`. */
+static void wrap(const char *lead, const char *text) {
+  const int width = 76 - (int)strlen(lead);
+  while (*text) {
+    int n = (int)strlen(text);
+    if (n > width) {
+      n = width;
+      while (n > 0 && text[n] != ' ') n--;
+      if (n == 0) n = (int)strcspn(text, " ");
+    }
+    printf("%s%.*s\n", lead, n, text);
+    text += n;
+    while (*text == ' ') text++;
+  }
+}
+
+/* The section as conf/mep.ini documents it: the help above each key, the
+ * key commented out at its default. */
+static void print_ini(const mep_plugin_t *p) {
+  size_t n = 0;
+  const mep_tp_cfg_key_t *keys = mep_plugin_config_keys(p, &n);
+  if (!n) return;
+  printf("#[%s]\n", mep_plugin_vtable(p)->name);
+  for (size_t i = 0; i < n; i++) {
+    wrap("# ", keys[i].help);
+    printf("#%s =%s%s\n", keys[i].name, keys[i].def && *keys[i].def ? " " : "",
+           keys[i].def ? keys[i].def : "");
+  }
+  printf("\n");
+}
+
+static void print_keys(const mep_plugin_t *p) {
+  size_t n = 0;
+  const mep_tp_cfg_key_t *keys = mep_plugin_config_keys(p, &n);
+  const char *name = mep_plugin_vtable(p)->name;
+  if (!n) {
+    printf("  keys:    none declared\n");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    char buf[96];
+    printf("  key:     [%s] %s = %s (%s; MEP_", name, keys[i].name,
+           keys[i].def ? (*keys[i].def ? keys[i].def : "(empty)") : "(unset)",
+           type_name(&keys[i], buf, sizeof buf));
+    for (const char *c = name; *c; c++)
+      putchar(isalnum((unsigned char)*c) ? toupper((unsigned char)*c) : '_');
+    putchar('_');
+    for (const char *c = keys[i].name; *c; c++)
+      putchar(isalnum((unsigned char)*c) ? toupper((unsigned char)*c) : '_');
+    printf(")\n");
+    wrap("           ", keys[i].help);
+  }
+}
+
 /* Initialises the plugin as a one-rank group to learn if it runs here. */
-static void describe(const char *path, const mep_config_t *cfg) {
+static void describe(const char *path, const mep_config_t *cfg, int ini) {
   mep_plugin_t *p = NULL;
   if (mep_plugin_open(path, &p)) {
     printf("%s\n  error: %s\n", path, mep_last_error());
+    return;
+  }
+  if (ini) {
+    print_ini(p);
+    mep_plugin_close(p);
     return;
   }
   const mep_transport_t *vt = mep_plugin_vtable(p);
@@ -54,7 +136,7 @@ static void describe(const char *path, const mep_config_t *cfg) {
          vt->version ? vt->version : "?");
   mep_tp_env_t env;
   mep_tp_ctx_t *ctx = NULL;
-  int rc = mep_plugin_env_init(&env, cfg, vt->name);
+  int rc = mep_plugin_env_open(&env, cfg, p);
   if (rc == MEP_OK) rc = vt->init(&env, &ctx);
   mep_tp_props_t props = {.struct_size = sizeof props, .event_fd = -1};
   if (rc == MEP_OK) rc = vt->props(ctx, &props);
@@ -68,6 +150,7 @@ static void describe(const char *path, const mep_config_t *cfg) {
            dev_kind(props.dev_kind), props.atomics ? "yes" : "no",
            props.latency_us, props.bandwidth_gbps);
   }
+  print_keys(p);
   if (ctx) vt->fini(ctx);
   mep_plugin_env_fini(&env);
   mep_plugin_close(p);
@@ -81,10 +164,10 @@ static int is_plugin_file(const char *name) {
 
 /* Lists each plugin once: the first directory that has it wins, as in
  * mep_plugin_find. */
-static int list_plugins(const mep_config_t *cfg) {
+static int list_plugins(const mep_config_t *cfg, int ini) {
   char *search = mep_plugin_search_path();
   if (!search) return 1;
-  printf("search path: %s\n\n", search);
+  if (!ini) printf("search path: %s\n\n", search);
   char seen[4096] = ":";
   int found = 0;
   for (char *dir = strtok(search, ":"); dir; dir = strtok(NULL, ":")) {
@@ -98,21 +181,23 @@ static int list_plugins(const mep_config_t *cfg) {
       strncat(seen, tag + 1, sizeof seen - strlen(seen) - 1);
       char path[4096];
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      describe(path, cfg);
+      describe(path, cfg, ini);
       found++;
     }
     if (d) closedir(d);
   }
-  if (!found) printf("no plugins found\n");
+  if (!found && !ini) printf("no plugins found\n");
   /* The transports mep tries by default, when their plugin is absent. */
-  const char *defaults[] = {"nvlink", "ibgda", "verbs", "tcp"};
-  for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++) {
-    char tag[64];
-    snprintf(tag, sizeof tag, ":libmep-transport-%s.so:", defaults[i]);
+  char *defaults = strdup(mep_config_default("core", "transports"));
+  for (char *t = defaults && !ini ? strtok(defaults, ",") : NULL; t;
+       t = strtok(NULL, ",")) {
+    char tag[128];
+    snprintf(tag, sizeof tag, ":libmep-transport-%s.so:", t);
     if (!strstr(seen, tag))
       printf("%s\n  status:  not installed (no libmep-transport-%s.so in "
-             "the search path)\n", defaults[i], defaults[i]);
+             "the search path)\n", t, t);
   }
+  free(defaults);
   free(search);
   return found ? 0 : 1;
 }
@@ -147,16 +232,18 @@ static int print_routes(mep_comm_t *comm, mep_store_t *store, void *arg) {
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"size", required_argument, 0, 'n'},
+      {"ini", no_argument, 0, 'i'},
       {"config", required_argument, 0, 'c'},
       {"transports", required_argument, 0, 't'},
       {"timeout-ms", required_argument, 0, 'T'},
       {"version", no_argument, 0, 'V'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  int size = 0, timeout_ms = 60000, c;
-  while ((c = getopt_long(argc, argv, "n:c:t:Vh", opts, NULL)) != -1) {
+  int size = 0, timeout_ms = 60000, ini = 0, c;
+  while ((c = getopt_long(argc, argv, "n:ic:t:Vh", opts, NULL)) != -1) {
     switch (c) {
     case 'n': size = atoi(optarg); break;
+    case 'i': ini = 1; break;
     case 'c': setenv("MEP_CONFIG", optarg, 1); break;
     case 't': setenv("MEP_TRANSPORTS", optarg, 1); break;
     case 'T': timeout_ms = atoi(optarg); break;
@@ -177,8 +264,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "mep-info: %s\n", mep_last_error());
     return 1;
   }
+  if (ini) {
+    int rc = list_plugins(cfg, 1);
+    mep_config_free(cfg);
+    return rc;
+  }
   printf("mep %s, host id %s\n", mep_version(), mep_host_id());
-  int rc = list_plugins(cfg);
+  int rc = list_plugins(cfg, 0);
   mep_config_free(cfg);
   if (size > 0) {
     printf("\nroutes of a local group of %d ranks:\n", size);

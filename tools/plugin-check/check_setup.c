@@ -105,8 +105,8 @@ static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
 void pc_check_abi(pc_worker_t *w) {
   check_vtable(w);
   mep_tp_env_t env;
-  int rc = mep_plugin_env_init(&env, w->cfg, w->tp->name);
-  if (rc != 0) pc_fail("mep_plugin_env_init: %s", pc_err(rc));
+  int rc = mep_plugin_env_open(&env, w->cfg, w->plugin);
+  if (rc != 0) pc_fail("mep_plugin_env_open: %s", pc_err(rc));
   env.rank = 0;
   env.size = 2;
   env.secret = w->secret;

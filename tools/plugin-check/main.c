@@ -272,6 +272,7 @@ int main(int argc, char **argv) {
   memset(&su, 0, sizeof su);
   su.opts = &c.opts;
   su.tp = mep_plugin_vtable(plugin);
+  su.plugin = plugin;
   su.plugin_path = c.path;
   su.cfg = cfg;
   if (getrandom(su.secret, sizeof su.secret, 0) != (ssize_t)sizeof su.secret)

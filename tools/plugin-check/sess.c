@@ -24,10 +24,10 @@ void pc_sess_init(pc_sess_t *s, pc_worker_t *w) {
   s->tp = w->tp;
   s->peer = 1 - w->rank;
   s->next_token = 1;
-  const char *section = s->tp->name ? s->tp->name : "";
-  int rc = mep_plugin_env_init(&s->env, w->cfg, section);
+  int rc = mep_plugin_env_open(&s->env, w->cfg, w->plugin);
   if (rc != 0)
-    pc_fail("mep_plugin_env_init for section [%s]: %s", section, pc_err(rc));
+    pc_fail("mep_plugin_env_open for section [%s]: %s", s->tp->name,
+            pc_err(rc));
   s->env_ok = 1;
   s->env.rank = w->rank;
   s->env.size = 2;

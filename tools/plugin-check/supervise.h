@@ -14,6 +14,7 @@ typedef enum { PC_PASS, PC_FAIL, PC_SKIP } pc_status_t;
 typedef struct pc_suite {
   const pc_opts_t *opts;
   const mep_transport_t *tp;
+  const mep_plugin_t *plugin;
   const char *plugin_path;
   const mep_config_t *cfg;
   uint8_t secret[32];

@@ -35,6 +35,7 @@ typedef struct pc_worker {
   int result_fd; /* pipe to the supervisor */
   const pc_opts_t *opts;
   const mep_transport_t *tp;
+  const mep_plugin_t *plugin;
   const char *plugin_path;
   const mep_config_t *cfg;
   const uint8_t *secret;

@@ -8,8 +8,9 @@
  * reached through mapped memory, a pinned host part mapped into the GPU.
  *
  * Per peer, the window has one descriptor kind (transport.h):
- *  - MEP_DEV_PTR: the peer's device part is mapped here (nvlink, and this
- *    rank itself); kernels store into it directly.
+ *  - MEP_DEV_PTR: the peer's device part is mapped here (this rank itself,
+ *    and every peer whose device route gives MEP_DEV_PTR descriptors, such
+ *    as the nvlink transport's); kernels store into it directly.
  *  - MEP_DEV_PROXY: kernels write the bytes into this rank's host part (a
  *    "stage" offset the caller picks) and enqueue a command on a
  *    host-mapped ring; a CPU thread of the window carries it out with
@@ -36,7 +37,7 @@
 extern "C" {
 #endif
 
-#define MEP_DEV_WIN_VERSION 1
+#define MEP_DEV_WIN_VERSION 2
 
 /* Commands of the proxy ring. */
 #define MEP_DEV_CMD_PUT 1    /* bytes of own host part -> peer's host part */
@@ -75,17 +76,26 @@ typedef struct mep_dev_win {
   volatile uint32_t *proxy_failed;  /* host, mapped: nonzero once the
                                      * proxy dropped a command (a peer
                                      * failed); see mep_devwin_proxy_error */
+  /* Version 2: each peer's device descriptor as its transport gave it
+   * (transport.h), MEP_DEV_DESC_MAX bytes per rank, zero for this rank and
+   * for proxy peers: the peer part (the connection) and the region part
+   * (the peer's device part). Device functions of kinds beyond ptr read
+   * them; for MEP_DEV_PTR `peer` above is the region part's base. */
+  const uint8_t *peer_desc;   /* device [size][MEP_DEV_DESC_MAX] */
+  const uint8_t *region_desc; /* device [size][MEP_DEV_DESC_MAX] */
 } mep_dev_win_t;
 
 typedef struct mep_devwin mep_devwin_t;
 
 /* Creates a window of `bytes` (> 0) per part. Collective: every active
  * rank of `comm` calls it in the same order with the same bytes (else
- * MEP_ERR_MISMATCH). Both parts start zeroed. A peer the nvlink transport
- * reaches (and this rank) gets MEP_DEV_PTR, every other peer MEP_DEV_PROXY
- * over its route; the host part (and the proxy thread) exist only when a
- * pair of the group needs the proxy, which all ranks agree on. Uses the
- * CUDA device current on the calling thread. The window keeps `comm`,
+ * MEP_ERR_MISMATCH). Both parts start zeroed. A peer whose device route
+ * (the first transport of the communicator's list that declares
+ * MEP_DEV_PTR and gives a descriptor for it; [core] device_transport
+ * narrows the choice) maps its memory, and this rank, get MEP_DEV_PTR,
+ * every other peer MEP_DEV_PROXY over its route; the host part (and the
+ * proxy thread) exist only when a pair of the group needs the proxy, which
+ * all ranks agree on. Uses the CUDA device current on the calling thread. The window keeps `comm`,
  * which must outlive it. Errors: MEP_ERR_UNSUPPORTED without CUDA (build
  * or GPU), MEP_ERR_NOMEM, MEP_ERR_SYSTEM for a CUDA failure, errors of the
  * store and transports. */

@@ -126,8 +126,9 @@ MEP_API int mep_config_load(const char *path, mep_config_t **out);
 MEP_API const char *mep_config_get(const mep_config_t *cfg,
                                    const char *section, const char *key);
 
-/* The documented default of a known key ("30000" for core/timeout_ms), or
- * NULL for keys without one. */
+/* The documented default of a key of [core], [peer N] or [host NAME]
+ * ("30000" for core/timeout_ms), or NULL for keys without one. A plugin's
+ * keys and defaults are its own (mep_plugin_config_keys, mep-info). */
 MEP_API const char *mep_config_default(const char *section, const char *key);
 
 /* The file the config came from, or NULL for built-in defaults. */
@@ -486,9 +487,11 @@ MEP_API int mep_recv(mep_comm_t *comm, void *buf, size_t bytes, int peer,
  * return without waiting for the GPU; the stream's later work sees the
  * result. Every rank calls them in the same order as its other
  * collectives of the communicator.
- *  - Between GPUs of one host that reach each other (the nvlink
- *    transport), kernels read and write the peers' buffers directly; these
- *    launches may be captured in a CUDA graph and replayed.
+ *  - Where every peer's device route maps its memory (a transport that
+ *    declares MEP_DEV_PTR, such as nvlink between GPUs of one host; see
+ *    [core] device_transport), kernels read and write the peers' buffers
+ *    directly; these launches may be captured in a CUDA graph and
+ *    replayed.
  *  - Otherwise the data goes through pinned host memory and the host
  *    collective over the routed transports: the stream waits on a mapped
  *    flag (a stream memory operation), the calling thread does not block.

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 2
+#define MEP_TRANSPORT_ABI_MINOR 3
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -69,6 +69,34 @@ extern "C" {
 
 /* Token of a completion that no operation asked for (a peer failed). */
 #define MEP_TP_TOKEN_NONE UINT64_MAX
+
+/* ------------------------------------------- configuration keys (1.3)
+ * A plugin declares the keys of its [<name>] section in a table
+ * (mep_transport_t.config_keys). The core checks the section and the
+ * MEP_<NAME>_<KEY> environment overrides against it when it loads the
+ * plugin: a bad value is MEP_ERR_CONFIG naming the key, the value and
+ * where it came from (file:line or the variable); an undeclared key is a
+ * warning naming file and line. mep-info prints the table and conf/mep.ini
+ * documents it from the same text, so `help` is what users read. */
+typedef enum mep_tp_cfg_type {
+  MEP_TP_CFG_STRING = 1, /* free text */
+  MEP_TP_CFG_INT = 2,    /* integer in [min, max]; K, M, G (binary) suffixes */
+  MEP_TP_CFG_BOOL = 3,   /* 0/1, false/true, no/yes, off/on */
+  MEP_TP_CFG_CHOICE = 4, /* one of `choices`, written "a|b|c" */
+  MEP_TP_CFG_RANGE = 5,  /* "0", or "LO-HI" with min <= LO <= HI <= max */
+} mep_tp_cfg_type_t;
+
+/* One declared key. The layout is fixed for ABI major 1 (the table is an
+ * array): new attributes would come as a new table. */
+typedef struct mep_tp_cfg_key {
+  const char *name;     /* letters, digits and '_'; case-insensitive */
+  mep_tp_cfg_type_t type;
+  int64_t min, max;     /* INT and RANGE bounds */
+  const char *def;      /* the default, written as a user would; NULL for a
+                         * key that is unset unless given (STRING) */
+  const char *choices;  /* CHOICE: "adaptive|spin" */
+  const char *help;     /* what it does, in sentences, for users */
+} mep_tp_cfg_key_t;
 
 /* What the core tells a plugin at init. Valid until fini returns. */
 typedef struct mep_tp_env {
@@ -92,6 +120,23 @@ typedef struct mep_tp_env {
   void (*log)(mep_log_level_t level, const char *fmt, ...) MEP_PRINTF(2, 3);
   /* Describe the failure being returned; shown by mep_last_error(). */
   void (*set_error)(const char *fmt, ...) MEP_PRINTF(1, 2);
+
+  /* ABI 1.3 (check struct_size before use; a plugin may refuse an older
+   * core with MEP_ERR_ABI). The keys the plugin declared, as the core
+   * checked them, and typed reads of them: the value cfg_get gives, else
+   * the declared default, checked against the declaration. cfg_int reads
+   * INT, BOOL (0 or 1) and CHOICE (the index among the choices) keys;
+   * cfg_range a RANGE key (0-0 for "0"); cfg_str any key's text ("" when
+   * it has none). Errors: MEP_ERR_CONFIG naming key, value and origin, or
+   * MEP_ERR_INVALID for a key the table does not declare with that type;
+   * the message is set (mep_last_error). Thread-safe. */
+  const mep_tp_cfg_key_t *cfg_keys;
+  size_t cfg_nkeys;
+  int (*cfg_int)(const struct mep_tp_env *env, const char *key,
+                 int64_t *out);
+  int (*cfg_range)(const struct mep_tp_env *env, const char *key,
+                   int64_t *lo, int64_t *hi);
+  const char *(*cfg_str)(const struct mep_tp_env *env, const char *key);
 } mep_tp_env_t;
 
 /* Memory kinds a plugin handles, as a bit set of (1 << mep_memkind_t). */
@@ -105,6 +150,41 @@ typedef enum {
   MEP_DEV_MLX5 = 2,  /* GPU-initiated RDMA on mlx5 */
   MEP_DEV_PROXY = 3, /* a host-mapped command ring served by a CPU thread */
 } mep_dev_kind_t;
+
+/* ---------------------------------------------- device descriptors (1.3)
+ * What a GPU kernel needs to reach a peer by itself, in two parts that
+ * each begin with mep_dev_desc_t: the peer part (device_descriptor: the
+ * connection, e.g. queue pairs) and the region part (device_region: one
+ * imported region, e.g. a mapped address or a remote key). The core
+ * copies both, as they are, into device memory for its kernels (device.h)
+ * and chooses the transport that serves kernels for a peer by what the
+ * transports declare, never by name: a plugin that fills descriptors of a
+ * kind the core's kernels know is used exactly like a built-in one. */
+#define MEP_DEV_DESC_MAX 128 /* largest descriptor part, header included */
+
+typedef struct mep_dev_desc {
+  uint16_t kind;    /* mep_dev_kind_t */
+  uint16_t version; /* of that kind's layout: MEP_DEV_<KIND>_VERSION */
+  uint32_t size;    /* bytes of the whole part, header included */
+} mep_dev_desc_t;
+
+/* MEP_DEV_PTR: kernels load from and store to the peer's memory. */
+#define MEP_DEV_PTR_VERSION 1
+#define MEP_DEV_PTR_PEER_ACCESS 1u /* peer access is enabled: the GPUs
+                                    * reach each other directly */
+typedef struct mep_dev_ptr_peer {
+  mep_dev_desc_t hdr;
+  int32_t device; /* the peer's GPU as an ordinal of this process, -1 when
+                   * it is this process's own GPU */
+  uint32_t flags; /* MEP_DEV_PTR_* */
+} mep_dev_ptr_peer_t;
+
+typedef struct mep_dev_ptr_region {
+  mep_dev_desc_t hdr;
+  uint64_t base; /* where kernels on this process's GPU (current at the
+                  * plugin's init) reach the region's first byte */
+  uint64_t len;  /* of the region */
+} mep_dev_ptr_region_t;
 
 typedef struct mep_tp_props {
   uint32_t struct_size;   /* set by the core; a plugin fills what fits */
@@ -195,7 +275,13 @@ typedef struct mep_transport {
    * may be reported with MEP_ERR_CLOSED instead of MEP_ERR_PEER_FAILED. */
   int (*poll)(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max);
 
-  /* Optional (NULL): what a GPU kernel needs to reach `peer` itself. */
+  /* Required when props.dev_kind is not MEP_DEV_NONE, else NULL (ABI
+   * 1.3 gives it its meaning; earlier cores never call it): the peer part
+   * of the device descriptor (above) for `peer`, once connect() to it
+   * succeeded. Writes at most *len bytes (at most MEP_DEV_DESC_MAX) and
+   * sets *len. MEP_ERR_UNREACHABLE, with the reason, when kernels on this
+   * process's GPU cannot reach that peer this way (the core then serves
+   * it through its proxy). Must give the same answer on both sides. */
   int (*device_descriptor)(mep_tp_ctx_t *ctx, int peer, void *desc,
                            size_t *len);
 
@@ -204,13 +290,27 @@ typedef struct mep_transport {
   int (*close)(mep_tp_ep_t *ep);
   int (*fini)(mep_tp_ctx_t *ctx);
 
-  /* ABI 1.2. Optional (NULL; required when dev_kind is MEP_DEV_PTR): the
-   * address at which a kernel on this process's current GPU loads from and
-   * stores to the first byte of the imported region rmr. Valid until
-   * unimport. Plain loads and stores through it reach the peer's memory;
-   * they are ordered against the peer's kernels only by the kernels' own
-   * fences (__threadfence_system) and flags. */
+  /* ABI 1.2, for cores of that ABI (a 1.3 core reads device_region
+   * instead). Optional: for MEP_DEV_PTR, the address at which a kernel on
+   * this process's current GPU loads from and stores to the first byte of
+   * the imported region rmr. Valid until unimport. Plain loads and stores
+   * through such an address reach the peer's memory; they are ordered
+   * against the peer's kernels only by the kernels' own fences
+   * (__threadfence_system) and flags. */
   int (*map)(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void **dev_ptr);
+
+  /* ABI 1.3. Optional (NULL when there are none): the table of the keys of
+   * this plugin's [<name>] section (above), config_nkeys entries. */
+  const mep_tp_cfg_key_t *config_keys;
+  size_t config_nkeys;
+
+  /* ABI 1.3. Required when props.dev_kind is not MEP_DEV_NONE: the region
+   * part of the device descriptor (above) of the imported region rmr,
+   * valid until unimport; at most *len bytes (at most MEP_DEV_DESC_MAX),
+   * *len set. For MEP_DEV_PTR it supersedes map(), which a 1.3 core no
+   * longer calls (it stays for older cores). */
+  int (*device_region)(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
+                       size_t *len);
 } mep_transport_t;
 
 /* ---------------------------------------------------- for plugin hosts
@@ -243,9 +343,32 @@ MEP_API char *mep_plugin_search_path(void);
 /* Fills `env` for a plugin host: log and set_error go through libmep,
  * cfg_get reads section `section` of cfg (NULL: built-in defaults only),
  * host_id is this host's; rank, size, secret and timeout_ms are the
- * caller's to set. Release with mep_plugin_env_fini. */
+ * caller's to set. The typed reads (cfg_int...) know no keys: use
+ * mep_plugin_env_open for a plugin at hand. Release with
+ * mep_plugin_env_fini. */
 MEP_API int mep_plugin_env_init(mep_tp_env_t *env, const mep_config_t *cfg,
                                 const char *section);
+
+/* mep_plugin_env_init for plugin `p`'s own section, with its declared keys
+ * bound to the typed reads, after checking that section and the
+ * MEP_<NAME>_* variables against them (mep_plugin_config_check). On
+ * failure env needs no fini. */
+MEP_API int mep_plugin_env_open(mep_tp_env_t *env, const mep_config_t *cfg,
+                                const mep_plugin_t *p);
+
+/* Checks cfg's [<name>] section of plugin `p` and the MEP_<NAME>_<KEY>
+ * environment variables against the keys p declares: MEP_ERR_CONFIG for a
+ * value its declaration refuses (naming key, value, and file:line or the
+ * variable); a warning for a key it does not declare. A plugin that
+ * declares no table is not checked. */
+MEP_API int mep_plugin_config_check(const mep_plugin_t *p,
+                                    const mep_config_t *cfg);
+
+/* The configuration keys plugin `p` declares (*n of them), or NULL (*n 0)
+ * for a plugin without a table. Owned by the plugin: valid until
+ * mep_plugin_close. */
+MEP_API const mep_tp_cfg_key_t *mep_plugin_config_keys(const mep_plugin_t *p,
+                                                       size_t *n);
 MEP_API void mep_plugin_env_fini(mep_tp_env_t *env);
 
 /* This host's id as plugins see it in env->host_id: $MEP_HOST_ID, else

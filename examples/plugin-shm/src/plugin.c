@@ -108,10 +108,10 @@ static int check_env(const mep_tp_env_t *env, uint64_t *ring_bytes) {
               "address holds", strlen(env->host_id), room);
     return MEP_ERR_UNAVAILABLE;
   }
-  char err[256];
+  char err[256] = "";
   int rc = shm_config_ring_bytes(env, ring_bytes, err, sizeof(err));
   if (rc < 0) {
-    env_error(env, "%s", err);
+    if (err[0]) env_error(env, "%s", err); /* else the core's message */
     return rc;
   }
   if (access("/dev/shm", W_OK | X_OK) != 0) {
@@ -277,4 +277,6 @@ __attribute__((visibility("default"))) const mep_transport_t
         .device_descriptor = NULL,
         .close = shm_close,
         .fini = shm_fini,
+        .config_keys = shm_config_keys,
+        .config_nkeys = SHM_NKEYS,
 };

@@ -247,6 +247,8 @@ int64_t shm_now_ns(void);
 
 int shm_config_ring_bytes(const mep_tp_env_t *env, uint64_t *out, char *err,
                           size_t err_len);
+#define SHM_NKEYS 1
+extern const mep_tp_cfg_key_t shm_config_keys[SHM_NKEYS];
 
 shm_ctx_t *shm_ctx_of(mep_tp_ctx_t *p);
 shm_ep_t *shm_ep_of(mep_tp_ep_t *p);

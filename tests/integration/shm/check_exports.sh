@@ -1,10 +1,10 @@
 #!/bin/sh
 # The shm plugin must export exactly one symbol, mep_transport_plugin_v1,
 # and need nothing of libmep. Reads the plugin path from $1 or
-# $MEP_SHM_PLUGIN; exits 77 (skip) when neither is given.
-plugin=${1:-$MEP_SHM_PLUGIN}
+# $MEP_TEST_SHM_PLUGIN; exits 77 (skip) when neither is given.
+plugin=${1:-$MEP_TEST_SHM_PLUGIN}
 if [ -z "$plugin" ]; then
-  echo "SKIP: set MEP_SHM_PLUGIN to the out-of-tree build of libmep-transport-shm.so"
+  echo "SKIP: set MEP_TEST_SHM_PLUGIN to the out-of-tree build of libmep-transport-shm.so"
   exit 77
 fi
 if ! command -v nm >/dev/null 2>&1; then

@@ -14,7 +14,7 @@
  *  - reachable = 0 for another host id, bad ring_bytes refused, a connect
  *    to a peer that never connects timing out, /dev/shm left clean.
  *
- * Usage: test_shm_pair [PLUGIN.so]  (default: $MEP_SHM_PLUGIN; exit 77 when
+ * Usage: test_shm_pair [PLUGIN.so]  (default: $MEP_TEST_SHM_PLUGIN; exit 77 when
  * neither is given). MEP_TEST_SEED=N repeats a run.
  */
 #include <mep/transport.h>
@@ -879,9 +879,9 @@ static void run_pair(const char *ring, int ending, int actor) {
 }
 
 int main(int argc, char **argv) {
-  const char *path = argc > 1 ? argv[1] : getenv("MEP_SHM_PLUGIN");
+  const char *path = argc > 1 ? argv[1] : getenv("MEP_TEST_SHM_PLUGIN");
   if (!path || !*path) {
-    printf("SKIP: no plugin to test; set MEP_SHM_PLUGIN to the out-of-tree "
+    printf("SKIP: no plugin to test; set MEP_TEST_SHM_PLUGIN to the out-of-tree "
            "build of libmep-transport-shm.so (or pass it as argument)\n");
     return 77;
   }

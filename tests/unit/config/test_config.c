@@ -193,25 +193,17 @@ static void test_defaults(void) {
       {"core", "agreement", "on"},
       {"core", "progress", "adaptive"},
       {"core", "log_level", "warn"},
-      {"tcp", "ifname", ""},
-      {"tcp", "port_range", "0"},
-      {"tcp", "sockets_per_peer", "1"},
-      {"tcp", "connect_retries", "10"},
-      {"tcp", "nodelay", "1"},
-      {"verbs", "devices", ""},
-      {"verbs", "gid_index", "3"},
-      {"nvlink", "enable", "1"},
-      {"nvlink", "enable_peer_access", "1"},
       {"core", "cuda_path", "auto"},
       {"core", "cuda_workspace_bytes", "134217728"},
-      {"ibgda", "qps_per_peer", "4"},
-      {"shm", "ring_bytes", "4194304"},
+      {"core", "device_transport", "auto"},
       {"CORE", "Timeout_MS", "30000"},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK_STR(mep_config_default(want[i][0], want[i][1]), want[i][2]);
-  CHECK(mep__config_key_count() == 24, "table has %zu keys, want 24",
+  CHECK(mep__config_key_count() == 14, "table has %zu keys, want 14",
         mep__config_key_count());
+  /* plugins declare their own keys: the core's table has none of them */
+  CHECK(mep_config_default("tcp", "ifname") == NULL, "a plugin's key");
   CHECK(mep_config_default("peer 3", "transport") == NULL, "peer default");
   CHECK(mep__config_key_find("peer 3", "transport") != NULL, "peer key");
   CHECK(mep__config_key_find("host gpu-node-7", "transport") != NULL,
@@ -536,20 +528,26 @@ static void test_unknown_key(void) {
   int pad = (int)(rnd() % 7);
   char *fill = filler(pad);
   char text[1024];
-  snprintf(text, sizeof text, "[tcp]\n%stimeout_msx = 5\nifname = lo\n",
+  snprintf(text, sizeof text, "[core]\n%stimeout_msx = 5\nprogress = spin\n",
            fill);
   free(fill);
   const char *p;
   char *log;
   mep_config_t *cfg = load_ok(text, &p, &log);
   char want[256];
-  snprintf(want, sizeof want, "%s:%d: unknown key 'timeout_msx' in [tcp]", p,
-           pad + 2);
+  snprintf(want, sizeof want, "%s:%d: unknown key 'timeout_msx' in [core]",
+           p, pad + 2);
   CHECK_HAS(log, want);
-  CHECK_HAS(log, "known keys: ifname, port_range, sockets_per_peer, "
-                 "connect_retries, nodelay");
+  CHECK_HAS(log, "known keys: transports, timeout_ms, buffer_bytes");
+  CHECK_HAS(log, "did you mean 'timeout_ms'?");
   CHECK_HAS(log, "warn");
-  CHECK_STR(mep_config_get(cfg, "tcp", "ifname"), "lo");
+  CHECK_STR(mep_config_get(cfg, "core", "progress"), "spin");
+  free(log);
+  mep_config_free(cfg);
+
+  current = "a plugin's section is left to its declaration";
+  cfg = load_ok("[tcp]\nifname = lo\nnot_a_key = 1\n", &p, &log);
+  CHECK(log[0] == '\0', "a plugin section warned at load: %s", log);
   free(log);
   mep_config_free(cfg);
 
@@ -727,19 +725,19 @@ static void test_int(void) {
   unsetenv("MEP_CORE_TIMEOUT_MS");
   const char *p;
   mep_config_t *cfg =
-      load_ok("[tcp]\n\n\nsockets_per_peer = 99\nnodelay = yes\n", &p, NULL);
-  CHECK(mep__config_known_int(cfg, "tcp", "sockets_per_peer", &v) ==
-            MEP_ERR_CONFIG, "99 sockets");
+      load_ok("[mine]\n\n\ncount = 99\nflag = yes\n", &p, NULL);
+  CHECK(mep__config_int(cfg, "mine", "count", 1, 1, 16, &v) ==
+            MEP_ERR_CONFIG, "99 of at most 16");
   char want[256];
-  snprintf(want, sizeof want, "tcp.sockets_per_peer = '99' (from %s:4): not "
-           "an integer in [1, 16]", p);
+  snprintf(want, sizeof want, "mine.count = '99' (from %s:4): not an "
+           "integer in [1, 16]", p);
   CHECK_STR(mep_last_error(), want);
-  CHECK(mep__config_int(cfg, "tcp", "nodelay", 1, 0, 1, &v) ==
-            MEP_ERR_CONFIG, "nodelay = yes");
+  CHECK(mep__config_int(cfg, "mine", "flag", 1, 0, 1, &v) ==
+            MEP_ERR_CONFIG, "flag = yes");
   snprintf(want, sizeof want, "(from %s:5)", p);
   CHECK_HAS(mep_last_error(), want);
-  CHECK(mep__config_known_int(cfg, "tcp", "ifname", &v) == MEP_ERR_INVALID,
-        "known_int of a string key");
+  CHECK(mep__config_known_int(cfg, "core", "progress", &v) == MEP_ERR_INVALID,
+        "known_int of a choice key");
   mep_config_free(cfg);
 
   current = "mep__config_int random values against 128-bit arithmetic";
@@ -776,11 +774,130 @@ static void test_int(void) {
                {"10-5", 0},      {"1-65536", 0},  {"1k-2k", 0},
                {"-1", 0},        {"1-", 0},       {"a-b", 0},
                {"1-2-3", 0}};
-  const mep__config_key_t *k = mep__config_key_find("tcp", "port_range");
-  CHECK(k != NULL, "port_range in the table");
+  const mep__config_key_t range = {"fake", "port_range", "0", MEP__CFG_RANGE,
+                                    1, 65535, NULL, "ports"};
+  const mep__config_key_t *k = &range;
   for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++)
-    CHECK((mep__config_check_value(k, "tcp", ports[i].text, "test") == 0) ==
+    CHECK((mep__config_check_value(k, "fake", ports[i].text, "test") == 0) ==
               ports[i].ok, "port_range '%s'", ports[i].text);
+  int64_t lo = -1, hi = -1;
+  CHECK(mep__config_value(k, "fake", " 17 - 4242 ", "t", &lo, &hi) == 0 &&
+            lo == 17 && hi == 4242, "range 17-4242 read as %" PRId64 "-%"
+        PRId64, lo, hi);
+  CHECK(mep__config_value(k, "fake", "0", "t", &lo, &hi) == 0 && lo == 0 &&
+            hi == 0, "range 0");
+  for (int i = 0; i < 2000; i++) {
+    int64_t a = (int64_t)(rnd() % 70000), b = (int64_t)(rnd() % 70000);
+    char text[64];
+    snprintf(text, sizeof text, "%" PRId64 "-%" PRId64, a, b);
+    int ok = a >= 1 && a <= b && b <= 65535;
+    int rc = mep__config_value(k, "fake", text, "t", &lo, &hi);
+    CHECK(ok ? rc == 0 && lo == a && hi == b : rc == MEP_ERR_CONFIG,
+          "range '%s': rc %d", text, rc);
+  }
+
+  current = "booleans and choices";
+  const mep__config_key_t flag = {"fake", "nodelay", "1", MEP__CFG_BOOL, 0, 0,
+                                   NULL, "nagle"};
+  static const struct {
+    const char *text;
+    int value; /* -1: refused */
+  } bools[] = {{"1", 1},     {"0", 0},    {"true", 1},  {"FALSE", 0},
+               {"yes", 1},   {"No", 0},   {" on ", 1},  {"off", 0},
+               {"2", -1},    {"maybe", -1}, {"", -1},   {"1x", -1},
+               {"yess", -1}, {"o", -1}};
+  for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) {
+    int64_t b = -7;
+    int rc = mep__config_value(&flag, "fake", bools[i].text, "t", &b, NULL);
+    CHECK(bools[i].value < 0 ? rc == MEP_ERR_CONFIG
+                             : rc == 0 && b == bools[i].value,
+          "bool '%s': rc %d value %" PRId64, bools[i].text, rc, b);
+  }
+  const mep__config_key_t mode = {"fake", "mode", "fast", MEP__CFG_CHOICE, 0,
+                                   0, "fast|safe|Slow", "mode"};
+  int64_t ix = -1;
+  CHECK(mep__config_value(&mode, "fake", "slow", "t", &ix, NULL) == 0 &&
+            ix == 2, "choice 'slow' is index 2, got %" PRId64, ix);
+  CHECK(mep__config_value(&mode, "fake", "slowly", "t", &ix, NULL) ==
+            MEP_ERR_CONFIG, "choice 'slowly'");
+  CHECK_HAS(mep_last_error(), "not one of fast|safe|Slow");
+}
+
+/* ------------------------------------------------- a plugin's declared keys */
+
+static const mep_tp_cfg_key_t fake_keys[] = {
+    {"ifname", MEP_TP_CFG_STRING, 0, 0, "", NULL, "interface"},
+    {"port_range", MEP_TP_CFG_RANGE, 1, 65535, "0", NULL, "ports"},
+    {"sockets_per_peer", MEP_TP_CFG_INT, 1, 16, "1", NULL, "sockets"},
+    {"nodelay", MEP_TP_CFG_BOOL, 0, 0, "1", NULL, "nagle"},
+    {"mode", MEP_TP_CFG_CHOICE, 0, 0, "fast", "fast|safe", "mode"},
+};
+#define FAKE_N (sizeof fake_keys / sizeof fake_keys[0])
+
+static void test_plugin_keys(void) {
+  current = "a plugin's bad value names key, value and line";
+  const char *p;
+  char *log;
+  int pad = (int)(rnd() % 5);
+  char *fill = filler(pad);
+  char text[512];
+  snprintf(text, sizeof text, "[fake]\n%ssockets_per_peer = 99\n", fill);
+  free(fill);
+  mep_config_t *cfg = load_ok(text, &p, NULL);
+  CHECK(mep__config_check_plugin(cfg, "fake", fake_keys, FAKE_N) ==
+            MEP_ERR_CONFIG, "99 sockets accepted");
+  char want[512];
+  snprintf(want, sizeof want, "fake.sockets_per_peer = '99' (from %s:%d): "
+           "not an integer in [1, 16]", p, pad + 2);
+  CHECK_STR(mep_last_error(), want);
+  mep_config_free(cfg);
+
+  current = "a plugin's unknown key is a warning naming file and line";
+  pad = (int)(rnd() % 5);
+  fill = filler(pad);
+  snprintf(text, sizeof text, "[fake]\n%ssocket_per_peer = 2\nmode = safe\n",
+           fill);
+  free(fill);
+  cfg = load_ok(text, &p, NULL);
+  free(new_log());
+  CHECK(mep__config_check_plugin(cfg, "fake", fake_keys, FAKE_N) == 0,
+        "an unknown key failed the check");
+  log = new_log();
+  snprintf(want, sizeof want, "%s:%d: unknown key 'socket_per_peer' in "
+           "[fake] is ignored (known keys: ifname, port_range, "
+           "sockets_per_peer, nodelay, mode); did you mean "
+           "'sockets_per_peer'?", p, pad + 2);
+  CHECK_HAS(log, want);
+  free(log);
+  mep_config_free(cfg);
+
+  current = "a plugin's keys from the environment";
+  setenv("MEP_FAKE_NODELAY", "maybe", 1);
+  CHECK(mep__config_check_plugin(NULL, "fake", fake_keys, FAKE_N) ==
+            MEP_ERR_CONFIG, "nodelay = maybe accepted");
+  CHECK_STR(mep_last_error(), "fake.nodelay = 'maybe' (from "
+                              "MEP_FAKE_NODELAY): not one of 0, 1, false, "
+                              "true, no, yes, off, on");
+  setenv("MEP_FAKE_NODELAY", "off", 1);
+  setenv("MEP_FAKE_SOCKETS", "2", 1);
+  free(new_log());
+  CHECK(mep__config_check_plugin(NULL, "fake", fake_keys, FAKE_N) == 0,
+        "good values refused");
+  log = new_log();
+  CHECK_HAS(log, "MEP_FAKE_SOCKETS: unknown key 'sockets' in [fake]");
+  CHECK_HAS(log, "did you mean 'sockets_per_peer'?");
+  CHECK(!has(log, "NODELAY"), "a declared variable warned: %s", log);
+  free(log);
+  unsetenv("MEP_FAKE_NODELAY");
+  unsetenv("MEP_FAKE_SOCKETS");
+
+  current = "a plugin without a file section and nothing set";
+  free(new_log());
+  CHECK(mep__config_check_plugin(NULL, "fake", fake_keys, FAKE_N) == 0,
+        "defaults refused");
+  log = new_log();
+  CHECK(log[0] == '\0', "defaults logged: %s", log);
+  free(log);
 }
 
 /* ---------------------------------------------------- concurrent readers */
@@ -965,6 +1082,7 @@ int main(int argc, char **argv) {
   test_bad_sections();
   test_missing_file();
   test_int();
+  test_plugin_keys();
   test_threads();
   test_example_ini(argv[1]);
   printf("config: %d checks passed\n", checks);

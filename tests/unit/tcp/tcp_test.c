@@ -30,7 +30,7 @@ static int start(tt_host_t *h, int rank, int size, const uint8_t *secret,
     exit(77);
   }
   h->vt = mep_plugin_vtable(h->plugin);
-  TT_OK(mep_plugin_env_init(&h->env, NULL, "tcp"));
+  TT_OK(mep_plugin_env_open(&h->env, NULL, h->plugin));
   h->env.rank = rank;
   h->env.size = size;
   h->env.secret = secret;
