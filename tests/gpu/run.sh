@@ -83,6 +83,10 @@ if want tests; then
   # ranks sharing a GPU (time-sliced unless MPS runs)
   t cuda-coll-kernel-4ranks 300 "$b/tests/gpu/cuda_coll" -n 4 --path kernel
   t cuda-coll-big-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --big
+  # GPU kernels' transports are chosen by what they declare, not by name:
+  # nvlink's sources built as "peermap" serve the kernel path
+  t peermap-coll-kernel-2ranks 300 env MEP_TRANSPORTS=peermap,tcp \
+    "$b/tests/gpu/cuda_coll" -n 2 --path kernel
 fi
 if want python; then
   t c10d-cuda 400 python3 tests/gpu/test_c10d_cuda.py
@@ -96,6 +100,9 @@ if want ep; then
   t devwin-2ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
   t devwin-4ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 4
   t devwin-tcp-3ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/devwin/devwin_test" -n 3 --expect proxy
+  t devwin-peermap-2ranks 300 env MEP_TRANSPORTS=peermap,tcp "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
+  t devwin-forced-tcp-2ranks 300 env MEP_CORE_DEVICE_TRANSPORT=tcp "$b/tests/gpu/devwin/devwin_test" -n 2 --expect proxy
+  t ep-cuda-peermap-2ranks 300 env MEP_TRANSPORTS=peermap,tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-2ranks 300 "$b/tests/gpu/ep/ep_cuda_test" -n 2
   t ep-cuda-4ranks-1gpu-quick 400 env CUDA_VISIBLE_DEVICES=0 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
   # combine's modes where the rule would not pick them (top-k > 2 x ranks
