@@ -110,18 +110,6 @@ int mep_ep_buffer_create(mep_comm_t *comm, const mep_ep_config_t *cfg,
   return 0;
 }
 
-int mep__ep_initial_active(const mep_ep_buffer_t *b, int32_t *out) {
-  int n = mep_comm_max_size(b->comm);
-  uint8_t *act = malloc(n > 0 ? (size_t)n : 1);
-  if (!act)
-    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_buffer_create: no memory "
-                         "for %d active-rank flags", n);
-  int rc = mep_comm_active(b->comm, act, n, NULL);
-  for (int r = 0; r < b->size; r++) out[r] = rc < 0 || act[r];
-  free(act);
-  return 0;
-}
-
 int mep_ep_buffer_destroy(mep_ep_buffer_t *buf) {
   if (!buf) return 0;
 #ifdef MEP_HAVE_CUDA

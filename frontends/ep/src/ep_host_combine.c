@@ -9,6 +9,7 @@
 
 #include "ep_fp8.h"
 #include "ep_host.h"
+#include "ep_util.h"
 
 static const char *const FN = "mep_ep_combine";
 

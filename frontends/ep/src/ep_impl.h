@@ -1,6 +1,7 @@
 /* ep_impl.h - the buffer object and the two paths behind ep.h: the CPU
  * path (ep_host*.c) and the CUDA path (cuda/, built with MEP_HAVE_CUDA).
- * ep_buffer.c validates every call and hands it to one of them. */
+ * ep_buffer.c validates every call and hands it to one of them; both
+ * paths use the helpers of ep_util.c, which calls neither of them. */
 #ifndef MEP_EP_IMPL_H
 #define MEP_EP_IMPL_H
 
@@ -30,11 +31,6 @@ typedef struct mep__ep_call {
 } mep__ep_call_t;
 
 /* CPU path. create: collective; allocates b->host and b->active. */
-/* The buffer's first active_ranks: 1 for the ranks active in the
- * communicator now, 0 for those that already left (out[0..b->size)).
- * 0 or MEP_ERR_NOMEM. */
-int mep__ep_initial_active(const mep_ep_buffer_t *b, int32_t *out);
-
 int mep__ep_host_create(mep_ep_buffer_t *b);
 void mep__ep_host_destroy(mep_ep_buffer_t *b);
 int mep__ep_host_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,

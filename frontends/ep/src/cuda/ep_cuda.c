@@ -13,6 +13,7 @@
 
 #include "ep_cuda.h"
 #include "ep_impl.h"
+#include "ep_util.h"
 
 /* Threads of the kernels that spread a row over a block. */
 #define EP_ROW_THREADS_MIN 64
