@@ -14,7 +14,7 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
   size_t R = (size_t)b->size, E = (size_t)b->cfg.num_experts;
   /* the shared layout, then this rank's index stage (ep_host.h) */
   uint64_t stage = b->lay.total;
-  uint64_t bytes = mep_ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
+  uint64_t bytes = mep__ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
                                             (uint64_t)b->lay.tokens * 4);
   if (h) {
     h->index_stage = stage;

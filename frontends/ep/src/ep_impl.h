@@ -15,7 +15,7 @@ struct mep_ep_buffer {
   mep_comm_t *comm;
   mep_ep_config_t cfg;
   int rank, size;
-  mep_ep_layout_t lay;   /* of every rank's communication memory */
+  mep__ep_layout_t lay;   /* of every rank's communication memory */
   int64_t timeout_us;    /* resolved default */
   int32_t *active;       /* own active ranks: device (CUDA) or host */
   struct mep__ep_host *host; /* MEP_EP_HOST */

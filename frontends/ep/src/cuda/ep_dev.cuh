@@ -107,7 +107,7 @@ __device__ __forceinline__ void ep_weighted_sum8(const uint8_t *const *rows,
  * n being returned, by the caller's layout_range (a handle of the
  * caller's: kept inside the expert's R * T rows, at most T of them). */
 __device__ __forceinline__ int64_t ep_pair_rows(const int64_t *layout_range,
-                                                const mep_ep_layout_t *L,
+                                                const mep__ep_layout_t *L,
                                                 int el, int s,
                                                 int64_t *begin) {
   const int64_t S = (int64_t)L->ranks * L->tokens;
