@@ -65,6 +65,7 @@ __device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
   }
 }
 
+/* The bf16 in the low / high half of w, as a float (exact). */
 __device__ __forceinline__ float ep_bf16_lo(uint32_t w) {
   return __uint_as_float(w << 16);
 }

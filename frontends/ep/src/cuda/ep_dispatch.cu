@@ -29,13 +29,6 @@
 
 namespace {
 
-__device__ __forceinline__ float bf16_lo(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
-}
-
 /* ep.h's scale: max(amax, 1e-4) / 448, rounded up to a power of two with
  * round_scale (exactly: a float with mantissa bits set moves to the next
  * exponent; scales are normal floats, >= 1e-4 / 448). */
@@ -110,10 +103,10 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
       ep_v16 a = ep_ld16_nc(row + (size_t)u * 32);
       ep_v16 b = ep_ld16_nc(row + (size_t)u * 32 + 16);
       for (int i = 0; i < 4; i++) {
-        f[2 * i] = bf16_lo(a.w[i]);
-        f[2 * i + 1] = bf16_hi(a.w[i]);
-        f[8 + 2 * i] = bf16_lo(b.w[i]);
-        f[8 + 2 * i + 1] = bf16_hi(b.w[i]);
+        f[2 * i] = ep_bf16_lo(a.w[i]);
+        f[2 * i + 1] = ep_bf16_hi(a.w[i]);
+        f[8 + 2 * i] = ep_bf16_lo(b.w[i]);
+        f[8 + 2 * i + 1] = ep_bf16_hi(b.w[i]);
       }
       for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(f[i]));
     }
