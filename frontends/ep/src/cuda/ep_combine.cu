@@ -37,11 +37,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     comb_send(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int R = L->ranks, T = L->tokens, H = L->hidden;
   const int64_t S = (int64_t)R * T;
   /* pairs on x: there may be more than grid.y takes */
@@ -171,11 +167,7 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
 /* recv_threads is at most 512 (ep_cuda.c): registers for the batch. */
 __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
   const int E = L->experts, nl = L->local, H = L->hidden;
   const int topk = k.num_topk;
   __shared__ const uint8_t *s_row[MEP_EP_STAGE_TOPK];

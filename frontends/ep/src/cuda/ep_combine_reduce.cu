@@ -139,11 +139,7 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
 __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
@@ -236,11 +232,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
 __global__ void __launch_bounds__(RED_RECV_THREADS)
     red_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
   const int E = L->experts, nl = L->local, H = L->hidden, K = k.num_topk;
   __shared__ int s_of[MEP_EP_STAGE_TOPK];   /* rank of entry j, -1: none */
   __shared__ int s_rank[MEP_EP_STAGE_TOPK]; /* t's ranks, in rank order */

@@ -136,11 +136,7 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
 __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_DS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DS);
   const int E = L->experts, nl = L->local, H = L->hidden, T = L->tokens;
   const int topk = k.num_topk;
   int *cnt = k.slots + (size_t)half * E;
@@ -341,10 +337,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     disp_recv(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep__ep_layout_t *L = &c.lay;
-  const uint64_t seq = ep_seq(c, MEP__EP_DR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DR);
   const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
   const int R = L->ranks;
   __shared__ int s_ok;
