@@ -1,29 +1,15 @@
-/* net.c - the interface, the listening socket, socket options, waits. */
+/* net.c - the interface, the listening socket, waits (which serve
+ * incoming connections through accept.c). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tcp.h"
-
-int64_t mep__tcp_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len) {
-  char ip[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
-  snprintf(buf, len, "%s:%u", ip, (unsigned)ntohs(a->sin_port));
-}
 
 /* The configured interface's IPv4 address; without one, the first
  * non-loopback interface that is up, else 127.0.0.1. */
@@ -105,21 +91,6 @@ int mep__tcp_listen(tcp_ctx_t *ctx) {
   ctx->lfd = fd;
   ctx->addr = a;
   return 0;
-}
-
-/* Keepalive probes every second after one idle second, and a user timeout,
- * so a peer whose host vanished (no FIN, no RST) is noticed in seconds
- * whether or not data is in flight. */
-void mep__tcp_sockopts(tcp_ctx_t *ctx, int fd) {
-  int on = 1, idle = 1, intvl = 1, cnt = 3;
-  unsigned user_ms = ctx->timeout_ms > 1000 ? (unsigned)ctx->timeout_ms : 1000;
-  int nodelay = ctx->cfg.nodelay;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &nodelay, sizeof nodelay);
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof user_ms);
 }
 
 int mep__tcp_wait(tcp_ctx_t *ctx, int fd, short events, int64_t deadline) {

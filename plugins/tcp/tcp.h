@@ -240,11 +240,13 @@ int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
 #define MEP_TCP_NKEYS 5
 extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
-/* net.c */
+/* util.c: leaf helpers, calling nothing else of the plugin */
 int64_t mep__tcp_now_ms(void);
 void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len);
-int mep__tcp_listen(tcp_ctx_t *ctx);
 void mep__tcp_sockopts(tcp_ctx_t *ctx, int fd);
+
+/* net.c */
+int mep__tcp_listen(tcp_ctx_t *ctx);
 /* Waits up to 5 ms (never past deadline) for `events` on fd (-1: none),
  * serving incoming connections meanwhile. 1 ready, 0 not yet, -1 past
  * the deadline. */

@@ -46,8 +46,8 @@ size_t mep_ep_size_hint(int max_tokens_per_rank, int hidden, int num_ranks,
   if (check_params(NULL, max_tokens_per_rank, hidden, num_ranks,
                    num_experts))
     return 0;
-  mep_ep_layout_t l;
-  mep_ep_layout(&l, num_ranks, max_tokens_per_rank, hidden, num_experts);
+  mep__ep_layout_t l;
+  mep__ep_layout(&l, num_ranks, max_tokens_per_rank, hidden, num_experts);
   return (size_t)l.total;
 }
 
@@ -91,8 +91,8 @@ int mep_ep_buffer_create(mep_comm_t *comm, const mep_ep_config_t *cfg,
   b->cfg.struct_size = sizeof(mep_ep_config_t);
   b->rank = mep_comm_rank(comm);
   b->size = mep_comm_size(comm);
-  mep_ep_layout(&b->lay, b->size, cfg->max_tokens_per_rank, cfg->hidden,
-                cfg->num_experts);
+  mep__ep_layout(&b->lay, b->size, cfg->max_tokens_per_rank, cfg->hidden,
+                 cfg->num_experts);
   b->timeout_us = cfg->timeout_us > 0
                       ? cfg->timeout_us
                       : (int64_t)mep_comm_timeout_ms(comm) * 1000;
@@ -107,18 +107,6 @@ int mep_ep_buffer_create(mep_comm_t *comm, const mep_ep_config_t *cfg,
     return rc;
   }
   *out = b;
-  return 0;
-}
-
-int mep__ep_initial_active(const mep_ep_buffer_t *b, int32_t *out) {
-  int n = mep_comm_max_size(b->comm);
-  uint8_t *act = malloc(n > 0 ? (size_t)n : 1);
-  if (!act)
-    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_buffer_create: no memory "
-                         "for %d active-rank flags", n);
-  int rc = mep_comm_active(b->comm, act, n, NULL);
-  for (int r = 0; r < b->size; r++) out[r] = rc < 0 || act[r];
-  free(act);
   return 0;
 }
 

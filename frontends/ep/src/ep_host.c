@@ -5,20 +5,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-uint64_t mep__ep_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-int mep__ep_left_ms(uint64_t deadline_us) {
-  uint64_t now = mep__ep_now_us();
-  if (now >= deadline_us) return 0;
-  uint64_t ms = (deadline_us - now + 999) / 1000;
-  return ms > INT32_MAX ? INT32_MAX : (int)ms;
-}
+#include "ep_util.h"
 
 int mep__ep_host_create(mep_ep_buffer_t *b) {
   const char *fn = "mep_ep_buffer_create";
@@ -26,7 +14,7 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
   size_t R = (size_t)b->size, E = (size_t)b->cfg.num_experts;
   /* the shared layout, then this rank's index stage (ep_host.h) */
   uint64_t stage = b->lay.total;
-  uint64_t bytes = mep_ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
+  uint64_t bytes = mep__ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
                                             (uint64_t)b->lay.tokens * 4);
   if (h) {
     h->index_stage = stage;

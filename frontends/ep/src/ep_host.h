@@ -19,12 +19,6 @@ struct mep__ep_host {
   uint32_t *counts;      /* [experts]: tokens sent to each, this call */
 };
 
-/* Microseconds of a monotonic clock. */
-uint64_t mep__ep_now_us(void);
-/* Milliseconds left until deadline_us for mep_wait, rounded up; 0 once
- * passed (a single check). */
-int mep__ep_left_ms(uint64_t deadline_us);
-
 /* Waits until every put so far has left the stages. A peer's failure is
  * not this call's: it shows in the active ranks. */
 int mep__ep_host_flush(mep_ep_buffer_t *b, const mep__ep_call_t *c,

@@ -9,6 +9,7 @@
 
 #include "ep_fp8.h"
 #include "ep_host.h"
+#include "ep_util.h"
 
 static const char *const FN = "mep_ep_combine";
 
@@ -56,13 +57,13 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
       uint32_t n = (uint32_t)((uint64_t)lr >> 32), begin = (uint32_t)lr;
       for (uint32_t i = 0; i < n && c->active[src]; i++) {
         size_t row = (size_t)begin + i;
-        uint64_t stage = mep_ep_comb_stage(&b->lay, el, (int)row);
+        uint64_t stage = mep__ep_comb_stage(&b->lay, el, (int)row);
         if (copy)
           memcpy((char *)h->mem + stage, x + ((size_t)el * S + row) * row_bytes,
                  row_bytes);
         int t = a->src_info[(size_t)el * S + row];
         rc = mep_put(b->comm, src, h->region, stage, h->region,
-                     mep_ep_comb_row(&b->lay, half, b->rank * L + el, t),
+                     mep__ep_comb_row(&b->lay, half, b->rank * L + el, t),
                      row_bytes);
         if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
           return mep_set_error(rc, 1, "%s: sending expert %d's row for token "
@@ -72,8 +73,8 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   for (int src = 0; src < R; src++)
     for (int el = 0; el < L && c->active[src]; el++) {
       rc = mep_signal(b->comm, src, h->region,
-                      mep_ep_comb_flag(&b->lay, half, b->rank * L + el),
-                      mep_ep_word(seq, MEP_EP_COMB_PUSHED), MEP_SIGNAL_SET);
+                      mep__ep_comb_flag(&b->lay, half, b->rank * L + el),
+                      mep__ep_word(seq, MEP_EP_COMB_PUSHED), MEP_SIGNAL_SET);
       if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
         return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
     }
@@ -88,7 +89,7 @@ static int wait_flags(mep_ep_buffer_t *b, const mep__ep_call_t *c,
   for (int r = 0; r < b->size; r++)
     for (int el = 0; el < L && c->active[r]; el++) {
       int rc = mep_wait(b->host->region,
-                        mep_ep_comb_flag(&b->lay, half, r * L + el), seq << 32,
+                        mep__ep_comb_flag(&b->lay, half, r * L + el), seq << 32,
                         mep__ep_left_ms(deadline), NULL);
       if (rc == MEP_ERR_TIMEOUT)
         c->active[r] = 0;
@@ -118,7 +119,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
       float w = a->topk_weights[(size_t)t * K + k];
       const uint16_t *row =
           (const uint16_t *)((const char *)b->host->mem +
-                             mep_ep_comb_row(&b->lay, half, (int)e, t));
+                             mep__ep_comb_row(&b->lay, half, (int)e, t));
       for (int i = 0; i < H; i++) acc[i] += w * mep__ep_bf16_to_float(row[i]);
     }
     for (int i = 0; i < H; i++)

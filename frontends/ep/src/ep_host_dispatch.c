@@ -12,6 +12,7 @@
 
 #include "ep_fp8.h"
 #include "ep_host.h"
+#include "ep_util.h"
 
 static const char *const FN = "mep_ep_dispatch";
 
@@ -20,7 +21,7 @@ static const char *const FN = "mep_ep_dispatch";
 static size_t build_msg(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                         int t) {
   size_t H = (size_t)b->cfg.hidden;
-  char *m = (char *)b->host->mem + mep_ep_disp_stage(&b->lay, t, 0);
+  char *m = (char *)b->host->mem + mep__ep_disp_stage(&b->lay, t, 0);
   const uint16_t *x = (const uint16_t *)a->x + (size_t)t * H;
   int32_t t32 = t;
   memset(m, 0, MEP_EP_MSG_HEADER);
@@ -69,8 +70,8 @@ static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
     sent[ns++] = dst;
     if (!len) len = build_msg(b, a, t);
     int rc = mep_put(b->comm, dst, h->region,
-                     mep_ep_disp_stage(&b->lay, t, 0), h->region,
-                     mep_ep_disp_token(&b->lay, half, b->rank, t), len);
+                     mep__ep_disp_stage(&b->lay, t, 0), h->region,
+                     mep__ep_disp_token(&b->lay, half, b->rank, t), len);
     if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
       return mep_set_error(rc, 1, "%s: sending token %d to rank %d", FN, t,
                            dst);
@@ -92,7 +93,7 @@ static int send_index(mep_ep_buffer_t *b, const mep__ep_call_t *c,
       int rc = mep_put(b->comm, dst, h->region,
                        h->index_stage + ((size_t)dst * L + el) * T * 4,
                        h->region,
-                       mep_ep_disp_index(&b->lay, half, el, b->rank, 0),
+                       mep__ep_disp_index(&b->lay, half, el, b->rank, 0),
                        (size_t)n * 4);
       if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
         return mep_set_error(rc, 1, "%s: sending the index of expert %d to "
@@ -115,8 +116,8 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   for (int dst = 0; dst < b->size; dst++)
     for (int el = 0; el < L && c->active[dst]; el++) {
       rc = mep_signal(b->comm, dst, h->region,
-                      mep_ep_disp_count(&b->lay, half, el, b->rank),
-                      mep_ep_word(seq, h->counts[dst * L + el]),
+                      mep__ep_disp_count(&b->lay, half, el, b->rank),
+                      mep__ep_word(seq, h->counts[dst * L + el]),
                       MEP_SIGNAL_SET);
       if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
         return mep_set_error(rc, 1, "%s: signalling expert %d of rank %d",
@@ -168,7 +169,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
       uint64_t seen = 0;
       uint32_t n = 0;
       if (c->active[src]) {
-        int rc = mep_wait(h->region, mep_ep_disp_count(&b->lay, half, el, src),
+        int rc = mep_wait(h->region, mep__ep_disp_count(&b->lay, half, el, src),
                           seq << 32, mep__ep_left_ms(deadline), &seen);
         if (rc == MEP_ERR_TIMEOUT)
           c->active[src] = 0;
@@ -190,7 +191,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
       for (uint32_t i = 0; i < n; i++) {
         int32_t t;
         memcpy(&t, (const char *)h->mem +
-                       mep_ep_disp_index(&b->lay, half, el, src, (int)i),
+                       mep__ep_disp_index(&b->lay, half, el, src, (int)i),
                sizeof t);
         if (t < 0 || t >= T)
           return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d's index "
@@ -199,7 +200,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                                b->rank * L + el, T - 1);
         unpack(b, a, el, off + i, t,
                (const char *)h->mem +
-                   mep_ep_disp_token(&b->lay, half, src, t));
+                   mep__ep_disp_token(&b->lay, half, src, t));
       }
       off += n;
     }

@@ -1,6 +1,7 @@
 /* ep_impl.h - the buffer object and the two paths behind ep.h: the CPU
  * path (ep_host*.c) and the CUDA path (cuda/, built with MEP_HAVE_CUDA).
- * ep_buffer.c validates every call and hands it to one of them. */
+ * ep_buffer.c validates every call and hands it to one of them; both
+ * paths use the helpers of ep_util.c, which calls neither of them. */
 #ifndef MEP_EP_IMPL_H
 #define MEP_EP_IMPL_H
 
@@ -14,7 +15,7 @@ struct mep_ep_buffer {
   mep_comm_t *comm;
   mep_ep_config_t cfg;
   int rank, size;
-  mep_ep_layout_t lay;   /* of every rank's communication memory */
+  mep__ep_layout_t lay;   /* of every rank's communication memory */
   int64_t timeout_us;    /* resolved default */
   int32_t *active;       /* own active ranks: device (CUDA) or host */
   struct mep__ep_host *host; /* MEP_EP_HOST */
@@ -30,11 +31,6 @@ typedef struct mep__ep_call {
 } mep__ep_call_t;
 
 /* CPU path. create: collective; allocates b->host and b->active. */
-/* The buffer's first active_ranks: 1 for the ranks active in the
- * communicator now, 0 for those that already left (out[0..b->size)).
- * 0 or MEP_ERR_NOMEM. */
-int mep__ep_initial_active(const mep_ep_buffer_t *b, int32_t *out);
-
 int mep__ep_host_create(mep_ep_buffer_t *b);
 void mep__ep_host_destroy(mep_ep_buffer_t *b);
 int mep__ep_host_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,

@@ -1,6 +1,7 @@
 /* layout.h - where everything lives in a rank's communication memory (a
  * host region on the CPU path, a device window on the CUDA path), the same
- * on every rank. Plain C and CUDA (host and device).
+ * on every rank. Plain C and CUDA (host and device). Internal: its names
+ * are mep__ep_, the mep_ep_ ones being ep.h's public API.
  *
  * With R ranks, T = max tokens per rank, H = hidden, E experts, L = E / R:
  *  - dispatch receive [2][R][T] messages of msg bytes, source s's token
@@ -58,7 +59,7 @@
 #define MEP_EP_COMB_PUSHED 1u
 #define MEP_EP_COMB_PULL 2u
 
-typedef struct mep_ep_layout {
+typedef struct mep__ep_layout {
   int ranks, tokens, hidden, experts, local; /* R, T, H, E, L */
   uint64_t msg;         /* bytes of one dispatch message */
   uint64_t disp_recv;   /* offsets of the areas */
@@ -77,15 +78,15 @@ typedef struct mep_ep_layout {
   uint64_t index_stage;
   uint64_t comb_stage;
   uint64_t total;       /* bytes of the whole */
-} mep_ep_layout_t;
+} mep__ep_layout_t;
 
-MEP_EP_HD uint64_t mep_ep_align(uint64_t v) {
+MEP_EP_HD uint64_t mep__ep_align(uint64_t v) {
   return (v + MEP_EP_ALIGN - 1) / MEP_EP_ALIGN * MEP_EP_ALIGN;
 }
 
 /* Fills *l; the caller has validated the parameters. */
-MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
-                             int hidden, int experts) {
+MEP_EP_HD void mep__ep_layout(mep__ep_layout_t *l, int ranks, int tokens,
+                              int hidden, int experts) {
   uint64_t R = (uint64_t)ranks, T = (uint64_t)tokens, H = (uint64_t)hidden;
   uint64_t E = (uint64_t)experts, L = E / R, off = 0;
   l->ranks = ranks;
@@ -96,113 +97,113 @@ MEP_EP_HD void mep_ep_layout(mep_ep_layout_t *l, int ranks, int tokens,
   /* bf16 data is the larger: 2H >= H + H / 128 * 4 */
   l->msg = MEP_EP_MSG_HEADER + 2 * H;
   l->disp_recv = off;
-  off = mep_ep_align(off + 2 * R * T * l->msg);
+  off = mep__ep_align(off + 2 * R * T * l->msg);
   l->disp_count = off;
-  off = mep_ep_align(off + 2 * L * R * 8);
+  off = mep__ep_align(off + 2 * L * R * 8);
   l->disp_index = off;
-  off = mep_ep_align(off + 2 * L * R * T * 4);
+  off = mep__ep_align(off + 2 * L * R * T * 4);
   l->comb_recv = off;
-  off = mep_ep_align(off + 2 * E * T * 2 * H);
+  off = mep__ep_align(off + 2 * E * T * 2 * H);
   l->comb_flag = off;
-  off = mep_ep_align(off + 2 * E * 8);
+  off = mep__ep_align(off + 2 * E * 8);
   l->comb_map = off;
-  off = mep_ep_align(off + 2 * E * T * 4);
+  off = mep__ep_align(off + 2 * E * T * 4);
   l->comb_done = off;
-  off = mep_ep_align(off + R * 8);
+  off = mep__ep_align(off + R * 8);
   l->comb_wts = off;
-  off = mep_ep_align(off + 2 * R * T * MEP_EP_STAGE_TOPK * 8);
+  off = mep__ep_align(off + 2 * R * T * MEP_EP_STAGE_TOPK * 8);
   l->comb_wflag = off;
-  off = mep_ep_align(off + 2 * R * 8);
+  off = mep__ep_align(off + 2 * R * 8);
   l->comb_part = off;
-  off = mep_ep_align(off + 2 * R * T * H * 4);
+  off = mep__ep_align(off + 2 * R * T * H * 4);
   l->comb_pflag = off;
-  off = mep_ep_align(off + 2 * R * 8);
+  off = mep__ep_align(off + 2 * R * 8);
   l->comb_tflag = off;
-  off = mep_ep_align(off + 2 * R * T * 8);
+  off = mep__ep_align(off + 2 * R * T * 8);
   l->disp_stage = off;
-  off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
+  off = mep__ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
   l->index_stage = off;
-  off = mep_ep_align(off + T * MEP_EP_STAGE_TOPK * 4);
+  off = mep__ep_align(off + T * MEP_EP_STAGE_TOPK * 4);
   l->comb_stage = off;
-  off = mep_ep_align(off + L * R * T * 2 * H);
+  off = mep__ep_align(off + L * R * T * 2 * H);
   l->total = off;
 }
 
 /* Offsets of one item. `half` is seq & 1. */
-MEP_EP_HD uint64_t mep_ep_disp_token(const mep_ep_layout_t *l, int half,
-                                     int src, int token) {
+MEP_EP_HD uint64_t mep__ep_disp_token(const mep__ep_layout_t *l, int half,
+                                      int src, int token) {
   uint64_t i = ((uint64_t)half * l->ranks + src) * l->tokens + token;
   return l->disp_recv + i * l->msg;
 }
-MEP_EP_HD uint64_t mep_ep_disp_index(const mep_ep_layout_t *l, int half,
-                                     int local_expert, int src, int slot) {
+MEP_EP_HD uint64_t mep__ep_disp_index(const mep__ep_layout_t *l, int half,
+                                      int local_expert, int src, int slot) {
   uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
                    l->tokens + slot;
   return l->disp_index + i * 4;
 }
-MEP_EP_HD uint64_t mep_ep_disp_count(const mep_ep_layout_t *l, int half,
-                                     int local_expert, int src) {
+MEP_EP_HD uint64_t mep__ep_disp_count(const mep__ep_layout_t *l, int half,
+                                      int local_expert, int src) {
   return l->disp_count +
          (((uint64_t)half * l->local + local_expert) * l->ranks + src) * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_row(const mep_ep_layout_t *l, int half,
-                                   int expert, int token) {
+MEP_EP_HD uint64_t mep__ep_comb_row(const mep__ep_layout_t *l, int half,
+                                    int expert, int token) {
   uint64_t i = ((uint64_t)half * l->experts + expert) * l->tokens + token;
   return l->comb_recv + i * 2 * (uint64_t)l->hidden;
 }
-MEP_EP_HD uint64_t mep_ep_comb_flag(const mep_ep_layout_t *l, int half,
-                                    int expert) {
+MEP_EP_HD uint64_t mep__ep_comb_flag(const mep__ep_layout_t *l, int half,
+                                     int expert) {
   return l->comb_flag + ((uint64_t)half * l->experts + expert) * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_map(const mep_ep_layout_t *l, int half,
-                                   int expert, int token) {
+MEP_EP_HD uint64_t mep__ep_comb_map(const mep__ep_layout_t *l, int half,
+                                    int expert, int token) {
   uint64_t i = ((uint64_t)half * l->experts + expert) * l->tokens + token;
   return l->comb_map + i * 4;
 }
-MEP_EP_HD uint64_t mep_ep_comb_done(const mep_ep_layout_t *l, int src) {
+MEP_EP_HD uint64_t mep__ep_comb_done(const mep__ep_layout_t *l, int src) {
   return l->comb_done + (uint64_t)src * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_wts(const mep_ep_layout_t *l, int half,
-                                   int src, int token, int k) {
+MEP_EP_HD uint64_t mep__ep_comb_wts(const mep__ep_layout_t *l, int half,
+                                    int src, int token, int k) {
   uint64_t i = (((uint64_t)half * l->ranks + src) * l->tokens + token) *
                    MEP_EP_STAGE_TOPK + k;
   return l->comb_wts + i * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_wflag(const mep_ep_layout_t *l, int half,
-                                     int src) {
+MEP_EP_HD uint64_t mep__ep_comb_wflag(const mep__ep_layout_t *l, int half,
+                                      int src) {
   return l->comb_wflag + ((uint64_t)half * l->ranks + src) * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_part(const mep_ep_layout_t *l, int half,
-                                    int src, int token) {
+MEP_EP_HD uint64_t mep__ep_comb_part(const mep__ep_layout_t *l, int half,
+                                     int src, int token) {
   uint64_t i = ((uint64_t)half * l->ranks + src) * l->tokens + token;
   return l->comb_part + i * 4 * (uint64_t)l->hidden;
 }
-MEP_EP_HD uint64_t mep_ep_comb_pflag(const mep_ep_layout_t *l, int half,
-                                     int src) {
+MEP_EP_HD uint64_t mep__ep_comb_pflag(const mep__ep_layout_t *l, int half,
+                                      int src) {
   return l->comb_pflag + ((uint64_t)half * l->ranks + src) * 8;
 }
-MEP_EP_HD uint64_t mep_ep_comb_tflag(const mep_ep_layout_t *l, int half,
-                                     int src, int token) {
+MEP_EP_HD uint64_t mep__ep_comb_tflag(const mep__ep_layout_t *l, int half,
+                                      int src, int token) {
   return l->comb_tflag +
          (((uint64_t)half * l->ranks + src) * l->tokens + token) * 8;
 }
-MEP_EP_HD uint64_t mep_ep_disp_stage(const mep_ep_layout_t *l, int token,
-                                     int k) {
+MEP_EP_HD uint64_t mep__ep_disp_stage(const mep__ep_layout_t *l, int token,
+                                      int k) {
   return l->disp_stage +
          ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
 }
-MEP_EP_HD uint64_t mep_ep_index_stage(const mep_ep_layout_t *l, int token,
-                                      int k) {
+MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int token,
+                                       int k) {
   return l->index_stage + ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * 4;
 }
-MEP_EP_HD uint64_t mep_ep_comb_stage(const mep_ep_layout_t *l,
-                                     int local_expert, int row) {
+MEP_EP_HD uint64_t mep__ep_comb_stage(const mep__ep_layout_t *l,
+                                      int local_expert, int row) {
   uint64_t i = (uint64_t)local_expert * l->ranks * l->tokens + row;
   return l->comb_stage + i * 2 * (uint64_t)l->hidden;
 }
 
 /* The 64-bit signal words. */
-MEP_EP_HD uint64_t mep_ep_word(uint64_t seq, uint32_t n) {
+MEP_EP_HD uint64_t mep__ep_word(uint64_t seq, uint32_t n) {
   return (seq << 32) | n;
 }
 

@@ -37,11 +37,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     comb_send(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int R = L->ranks, T = L->tokens, H = L->hidden;
   const int64_t S = (int64_t)R * T;
   /* pairs on x: there may be more than grid.y takes */
@@ -80,7 +76,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     const uint8_t *src = (const uint8_t *)k.x + xrow * 2 * H + (size_t)v0 * 16;
     if (pull) {
       if (lane == 0 && tok >= 0 && tok < T)
-        *(int32_t *)mep_dev_dst(w, s, mep_ep_comb_map(L, half, e, tok), 0) =
+        *(int32_t *)mep_dev_dst(w, s, mep__ep_comb_map(L, half, e, tok), 0) =
             (int32_t)row;
       continue;
     }
@@ -89,9 +85,9 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     for (int u = 0; u < EP_COPY_UNROLL; u++)
       if (u * 32 + lane < cnv) d[u] = ep_ld16_nc(src + (size_t)(u * 32 + lane) * 16);
     if (tok < 0 || tok >= T) continue; /* the same for the whole warp */
-    const uint64_t off = mep_ep_comb_row(L, half, e, tok) + (uint64_t)v0 * 16;
+    const uint64_t off = mep__ep_comb_row(L, half, e, tok) + (uint64_t)v0 * 16;
     const uint64_t stage =
-        mep_ep_comb_stage(L, el, (int)row) + (uint64_t)v0 * 16;
+        mep__ep_comb_stage(L, el, (int)row) + (uint64_t)v0 * 16;
     uint8_t *dst = mep_dev_dst(w, s, off, stage);
 #pragma unroll
     for (int u = 0; u < EP_COPY_UNROLL; u++)
@@ -115,8 +111,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
       *(volatile unsigned int *)(k.pair_done + pair) = 0;
       if (on)
         (void)mep_dev_signal(
-            w, s, mep_ep_comb_flag(L, half, e),
-            mep_ep_word(seq, pull ? MEP_EP_COMB_PULL : MEP_EP_COMB_PUSHED),
+            w, s, mep__ep_comb_flag(L, half, e),
+            mep__ep_word(seq, pull ? MEP_EP_COMB_PULL : MEP_EP_COMB_PUSHED),
             deadline);
     }
   }
@@ -131,15 +127,15 @@ __device__ __forceinline__ const uint8_t *comb_row_of(const mep__ep_kcomb_t &k,
                                                       int half, int e, int r,
                                                       int t, uint64_t word) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
+  const mep__ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
   if ((uint32_t)word != MEP_EP_COMB_PULL)
-    return mep_dev_src(w, r, mep_ep_comb_row(L, half, e, t));
+    return mep_dev_src(w, r, mep__ep_comb_row(L, half, e, t));
   const int64_t S = (int64_t)L->ranks * L->tokens;
-  const int m =
-      *(const volatile int32_t *)(w->dev_base + mep_ep_comb_map(L, half, e, t));
+  const int m = *(const volatile int32_t *)(w->dev_base +
+                                             mep__ep_comb_map(L, half, e, t));
   if (m < 0 || m >= S) return nullptr;
-  return mep_dev_peer_src(w, r, mep_ep_comb_stage(L, e - r * L->local, m));
+  return mep_dev_peer_src(w, r, mep__ep_comb_stage(L, e - r * L->local, m));
 }
 
 /* The last block of a combine receive, after every block's reads: tells
@@ -151,18 +147,19 @@ __device__ __forceinline__ const uint8_t *comb_row_of(const mep__ep_kcomb_t &k,
 __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
                                   uint64_t deadline) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
+  const mep__ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x)
     if (r != c.rank && w->kind[r] == MEP_DEV_PTR && ep_active(c.active, r))
-      (void)mep_dev_signal(w, r, mep_ep_comb_done(L, c.rank),
-                           mep_ep_word(seq, 1), deadline);
+      (void)mep_dev_signal(w, r, mep__ep_comb_done(L, c.rank),
+                           mep__ep_word(seq, 1), deadline);
   if (!k.pull) return;
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
     uint64_t word;
     if (r == c.rank || w->kind[r] != MEP_DEV_PTR || !ep_active(c.active, r))
       continue;
-    const uint64_t *f = (const uint64_t *)(w->dev_base + mep_ep_comb_done(L, r));
+    const uint64_t *f =
+        (const uint64_t *)(w->dev_base + mep__ep_comb_done(L, r));
     (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 }
@@ -170,11 +167,7 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
 /* recv_threads is at most 512 (ep_cuda.c): registers for the batch. */
 __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
   const int E = L->experts, nl = L->local, H = L->hidden;
   const int topk = k.num_topk;
   __shared__ const uint8_t *s_row[MEP_EP_STAGE_TOPK];
@@ -192,7 +185,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
         uint64_t word;
         if (ep_live(c, r)) {
           const uint64_t *f = (const uint64_t *)mep_dev_src(
-              w, r, mep_ep_comb_flag(L, half, (int)e));
+              w, r, mep__ep_comb_flag(L, half, (int)e));
           if (ep_wait_word(f, seq, c.active, r, deadline, &word)) {
             row = comb_row_of(k, half, (int)e, r, t, word);
             wt = row ? k.topk_weights[(size_t)t * topk + j] : 0.0f;
@@ -232,7 +225,7 @@ __global__ void __launch_bounds__(512) comb_recv(mep__ep_kcomb_t k) {
     uint64_t word;
     if (!ep_live(c, r)) continue;
     const uint64_t *f =
-        (const uint64_t *)mep_dev_src(w, r, mep_ep_comb_flag(L, half, r * nl));
+        (const uint64_t *)mep_dev_src(w, r, mep__ep_comb_flag(L, half, r * nl));
     (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 

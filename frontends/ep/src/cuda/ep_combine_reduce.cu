@@ -75,7 +75,7 @@ __device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
 __global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
+  const mep__ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
   const uint64_t seq = ep_seq(c, MEP__EP_CS);
   const int half = (int)(seq & 1);
@@ -84,8 +84,8 @@ __global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
   if (blockIdx.x == 0)
     for (int q = threadIdx.x; q < R; q += blockDim.x)
       if (ep_live(c, q))
-        red_store(mep_dev_dst(w, q, mep_ep_comb_wflag(L, half, c.rank), 0),
-                  mep_ep_word(seq, (uint32_t)n));
+        red_store(mep_dev_dst(w, q, mep__ep_comb_wflag(L, half, c.rank), 0),
+                  mep__ep_word(seq, (uint32_t)n));
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
        i < per * R; i += (int64_t)gridDim.x * blockDim.x) {
     const int q = (int)(i / per);
@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
     const int64_t e = k.topk_idx[tj] - (int64_t)q * nl;
     const uint32_t slot = e >= 0 && e < nl ? (uint32_t)e + 1 : 0;
     red_store(mep_dev_dst(w, q,
-                          mep_ep_comb_wts(L, half, c.rank, (int)(tj / K),
-                                          (int)(tj % K)),
+                          mep__ep_comb_wts(L, half, c.rank, (int)(tj / K),
+                                           (int)(tj % K)),
                           0),
               red_word(seq, slot, k.topk_weights[tj]));
   }
@@ -109,7 +109,7 @@ __device__ __forceinline__ bool red_wait_weight(const mep__ep_kcomb_t &k,
                                                 uint64_t deadline,
                                                 uint64_t *v) {
   const mep__ep_kcommon_t &c = k.c;
-  const uint8_t *p = c.win->dev_base + mep_ep_comb_wts(&c.lay, half, s, t, j);
+  const uint8_t *p = c.win->dev_base + mep__ep_comb_wts(&c.lay, half, s, t, j);
   const uint64_t tag = red_tag(seq);
   for (;;) {
     *v = red_load(p);
@@ -123,7 +123,7 @@ __device__ __forceinline__ bool red_wait_weight(const mep__ep_kcomb_t &k,
 __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
                                                 int el, int s, int t,
                                                 int lane) {
-  const mep_ep_layout_t *L = &k.c.lay;
+  const mep__ep_layout_t *L = &k.c.lay;
   const int64_t S = (int64_t)L->ranks * L->tokens;
   int64_t begin;
   const int64_t n = ep_pair_rows(k.layout_range, L, el, s, &begin);
@@ -139,11 +139,7 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
 __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
@@ -160,7 +156,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
     uint64_t word;
     if (ep_live(c, s)) {
       const uint64_t *f =
-          (const uint64_t *)(w->dev_base + mep_ep_comb_wflag(L, half, s));
+          (const uint64_t *)(w->dev_base + mep__ep_comb_wflag(L, half, s));
       if (ep_wait_word(f, seq, c.active, s, deadline, &word))
         n = (int)(uint32_t)word < T ? (int)(uint32_t)word : T;
     }
@@ -200,7 +196,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
      * rank does not wait for one (the same test on its topk_idx) */
     if (s_any) {
       float *dst = (float *)mep_dev_dst(
-          w, s, mep_ep_comb_part(L, half, c.rank, t), 0);
+          w, s, mep__ep_comb_part(L, half, c.rank, t), 0);
       for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         ep_weighted_sum8(s_row, s_w, K, q, acc);
@@ -210,8 +206,8 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
       }
       __syncthreads();
       if (threadIdx.x == 0)
-        (void)mep_dev_signal(w, s, mep_ep_comb_tflag(L, half, c.rank, t),
-                             mep_ep_word(seq, 1), deadline);
+        (void)mep_dev_signal(w, s, mep__ep_comb_tflag(L, half, c.rank, t),
+                             mep__ep_word(seq, 1), deadline);
     }
     __syncthreads(); /* s_row, s_any are rewritten for the next token */
   }
@@ -224,8 +220,8 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
     if (atomicAdd(k.red_done + s, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.red_done + s) = 0;
       if (n >= 0 && ep_active(c.active, s))
-        (void)mep_dev_signal(w, s, mep_ep_comb_pflag(L, half, c.rank),
-                             mep_ep_word(seq, 1), deadline);
+        (void)mep_dev_signal(w, s, mep__ep_comb_pflag(L, half, c.rank),
+                             mep__ep_word(seq, 1), deadline);
     }
   }
   if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
@@ -236,11 +232,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
 __global__ void __launch_bounds__(RED_RECV_THREADS)
     red_recv(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
   const int E = L->experts, nl = L->local, H = L->hidden, K = k.num_topk;
   __shared__ int s_of[MEP_EP_STAGE_TOPK];   /* rank of entry j, -1: none */
   __shared__ int s_rank[MEP_EP_STAGE_TOPK]; /* t's ranks, in rank order */
@@ -275,7 +267,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
       const int r = s_rank[threadIdx.x];
       uint64_t word;
       const uint64_t *f =
-          (const uint64_t *)(w->dev_base + mep_ep_comb_tflag(L, half, r, t));
+          (const uint64_t *)(w->dev_base + mep__ep_comb_tflag(L, half, r, t));
       s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
     }
     __syncthreads(); /* the flags' acquires precede every read of a sum */
@@ -286,8 +278,8 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
       for (int i = 0; i < s_nr; i++) {
         if (!s_ok[i]) continue;
         const float4 *p = (const float4 *)(w->dev_base +
-                                           mep_ep_comb_part(L, half,
-                                                            s_rank[i], t)) +
+                                           mep__ep_comb_part(L, half,
+                                                             s_rank[i], t)) +
                           (size_t)q * 2;
         const float4 a = __ldcg(p), b = __ldcg(p + 1);
         acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
@@ -308,7 +300,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     uint64_t word;
     if (!ep_live(c, r)) continue;
     const uint64_t *f =
-        (const uint64_t *)(w->dev_base + mep_ep_comb_pflag(L, half, r));
+        (const uint64_t *)(w->dev_base + mep__ep_comb_pflag(L, half, r));
     (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 

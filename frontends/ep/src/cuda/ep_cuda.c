@@ -13,6 +13,7 @@
 
 #include "ep_cuda.h"
 #include "ep_impl.h"
+#include "ep_util.h"
 
 /* Threads of the kernels that spread a row over a block. */
 #define EP_ROW_THREADS_MIN 64
@@ -58,7 +59,7 @@ static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
 /* The state's allocation: dstate, slots, ready, pair_done, red_done. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
-  const mep_ep_layout_t *l = &b->lay;
+  const mep__ep_layout_t *l = &b->lay;
   size_t o_slots = round16(sizeof(mep__ep_dstate_t));
   size_t o_ready = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
   size_t o_pair = o_ready + round16((size_t)l->local * 8);
@@ -260,7 +261,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                           const mep__ep_call_t *c) {
   const char *fn = "mep_ep_dispatch";
   struct mep__ep_cuda *cu = b->cuda;
-  const mep_ep_layout_t *l = &b->lay;
+  const mep__ep_layout_t *l = &b->lay;
   int rc = 0;
   if (c->phases & 1)
     rc = check_align(fn, "x", a->x, 16);
@@ -323,7 +324,7 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
                          const mep__ep_call_t *c) {
   const char *fn = "mep_ep_combine";
   struct mep__ep_cuda *cu = b->cuda;
-  const mep_ep_layout_t *l = &b->lay;
+  const mep__ep_layout_t *l = &b->lay;
   const void *x = (a->flags & MEP_EP_ZERO_COPY) ? cu->comb_buf : a->x;
   int rc = 0;
   if (c->phases & 1) {

@@ -44,7 +44,7 @@ typedef struct mep__ep_dstate {
 /* What every kernel takes (by value). */
 typedef struct mep__ep_kcommon {
   const mep_dev_win_t *win;  /* device */
-  mep_ep_layout_t lay;
+  mep__ep_layout_t lay;
   int rank;
   int has_proxy;             /* the window has a host part and a ring */
   mep__ep_dstate_t *st;      /* device */

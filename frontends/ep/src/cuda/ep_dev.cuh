@@ -1,5 +1,6 @@
-/* ep_dev.cuh - device helpers shared by the EP kernels: waiting on signal
- * words with a deadline, the "last block done" step, vector moves. */
+/* ep_dev.cuh - device helpers shared by the EP kernels: what a kernel
+ * starts from (ep_start), waiting on signal words with a deadline, the
+ * "last block done" step, vector moves. */
 #ifndef MEP_EP_DEV_CUH
 #define MEP_EP_DEV_CUH
 
@@ -65,6 +66,7 @@ __device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
   }
 }
 
+/* The bf16 in the low / high half of w, as a float (exact). */
 __device__ __forceinline__ float ep_bf16_lo(uint32_t w) {
   return __uint_as_float(w << 16);
 }
@@ -107,7 +109,7 @@ __device__ __forceinline__ void ep_weighted_sum8(const uint8_t *const *rows,
  * n being returned, by the caller's layout_range (a handle of the
  * caller's: kept inside the expert's R * T rows, at most T of them). */
 __device__ __forceinline__ int64_t ep_pair_rows(const int64_t *layout_range,
-                                                const mep_ep_layout_t *L,
+                                                const mep__ep_layout_t *L,
                                                 int el, int s,
                                                 int64_t *begin) {
   const int64_t S = (int64_t)L->ranks * L->tokens;
@@ -298,6 +300,30 @@ static int ep_blocks_per_sm(void (*kernel)(K), int threads) {
 __device__ __forceinline__ uint64_t ep_seq(const mep__ep_kcommon_t &c,
                                            int kind) {
   return *(const volatile uint64_t *)&c.st->seq[kind] + 1;
+}
+
+/* Where a kernel of a call starts from: the layout and the window, the
+ * call's number of its kind (seq), the half of the areas it uses, and
+ * its deadline, the clock being read once, after seq. A kernel takes it
+ * apart at its top, so its body keeps plain names:
+ *   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS); */
+struct ep_call {
+  const mep__ep_layout_t *L;
+  const mep_dev_win_t *w;
+  uint64_t seq;
+  int half;
+  uint64_t deadline;
+};
+
+__device__ __forceinline__ ep_call ep_start(const mep__ep_kcommon_t &c,
+                                            int kind) {
+  ep_call s;
+  s.L = &c.lay;
+  s.w = c.win;
+  s.seq = ep_seq(c, kind);
+  s.half = (int)(s.seq & 1);
+  s.deadline = mep_dev_now_ns() + c.timeout_ns;
+  return s;
 }
 
 #endif /* MEP_EP_DEV_CUH */

@@ -29,13 +29,6 @@
 
 namespace {
 
-__device__ __forceinline__ float bf16_lo(uint32_t w) {
-  return __uint_as_float(w << 16);
-}
-__device__ __forceinline__ float bf16_hi(uint32_t w) {
-  return __uint_as_float(w & 0xffff0000u);
-}
-
 /* ep.h's scale: max(amax, 1e-4) / 448, rounded up to a power of two with
  * round_scale (exactly: a float with mantissa bits set moves to the next
  * exponent; scales are normal floats, >= 1e-4 / 448). */
@@ -110,10 +103,10 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
       ep_v16 a = ep_ld16_nc(row + (size_t)u * 32);
       ep_v16 b = ep_ld16_nc(row + (size_t)u * 32 + 16);
       for (int i = 0; i < 4; i++) {
-        f[2 * i] = bf16_lo(a.w[i]);
-        f[2 * i + 1] = bf16_hi(a.w[i]);
-        f[8 + 2 * i] = bf16_lo(b.w[i]);
-        f[8 + 2 * i + 1] = bf16_hi(b.w[i]);
+        f[2 * i] = ep_bf16_lo(a.w[i]);
+        f[2 * i + 1] = ep_bf16_hi(a.w[i]);
+        f[8 + 2 * i] = ep_bf16_lo(b.w[i]);
+        f[8 + 2 * i + 1] = ep_bf16_hi(b.w[i]);
       }
       for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(f[i]));
     }
@@ -143,11 +136,7 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
 __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_DS);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DS);
   const int E = L->experts, nl = L->local, H = L->hidden, T = L->tokens;
   const int topk = k.num_topk;
   int *cnt = k.slots + (size_t)half * E;
@@ -213,12 +202,12 @@ __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
         int first = 1;
         for (int i = 0; i < j; i++) first &= s_dst[i] != dst;
         int32_t *ix = (int32_t *)mep_dev_dst(
-            w, dst, mep_ep_disp_index(L, half, my_el, c.rank, my_slot),
-            mep_ep_index_stage(L, t, j));
+            w, dst, mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
+            mep__ep_index_stage(L, t, j));
         *ix = t;
         if (first)
-          p = mep_dev_dst(w, dst, mep_ep_disp_token(L, half, c.rank, t),
-                          mep_ep_disp_stage(L, t, j));
+          p = mep_dev_dst(w, dst, mep__ep_disp_token(L, half, c.rank, t),
+                          mep__ep_disp_stage(L, t, j));
         if (w->kind[dst] != MEP_DEV_PTR) s_any_proxy = 1;
       }
       s_ptr[j] = p;
@@ -237,11 +226,11 @@ __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
     if ((int)threadIdx.x < topk && s_dst[threadIdx.x] >= 0) {
       int j = threadIdx.x, dst = s_dst[j];
       (void)mep_dev_put(w, dst,
-                        mep_ep_disp_index(L, half, my_el, c.rank, my_slot),
-                        mep_ep_index_stage(L, t, j), 4, deadline);
+                        mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
+                        mep__ep_index_stage(L, t, j), 4, deadline);
       if (s_ptr[j])
-        (void)mep_dev_put(w, dst, mep_ep_disp_token(L, half, c.rank, t),
-                          mep_ep_disp_stage(L, t, j), len, deadline);
+        (void)mep_dev_put(w, dst, mep__ep_disp_token(L, half, c.rank, t),
+                          mep__ep_disp_stage(L, t, j), len, deadline);
     }
     __syncthreads(); /* s_ptr and s_dst are rewritten for the next token */
   }
@@ -258,8 +247,8 @@ __global__ void __launch_bounds__(1024) disp_send(mep__ep_kdisp_t k) {
     int n = __ldcg(cnt + e);
     if (n > T) n = T;
     (void)mep_dev_signal_fenced(w, dst,
-                                mep_ep_disp_count(L, half, e % nl, c.rank),
-                                mep_ep_word(seq, (uint32_t)n), deadline);
+                                mep__ep_disp_count(L, half, e % nl, c.rank),
+                                mep__ep_word(seq, (uint32_t)n), deadline);
   }
   ep_finish(c, MEP__EP_DS, 0, seq);
 }
@@ -277,17 +266,17 @@ __device__ __forceinline__ int recv_units(const mep__ep_kdisp_t &k) {
 __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
                                            int half, int el, int src,
                                            int slot, int row, int ch) {
-  const mep_ep_layout_t *L = &k.c.lay;
+  const mep__ep_layout_t *L = &k.c.lay;
   const int lane = threadIdx.x & 31, H = L->hidden;
   const size_t S = (size_t)L->ranks * L->tokens;
   const size_t orow = (size_t)el * S + row;
   const int32_t *ix = (const int32_t *)mep_dev_src(
-      k.c.win, src, mep_ep_disp_index(L, half, el, src, slot));
+      k.c.win, src, mep__ep_disp_index(L, half, el, src, slot));
   const int t = __ldcg(ix); /* the same for every lane */
   if (ch == 0 && lane == 0) k.src_info[orow] = t;
   if (t < 0 || t >= L->tokens) return; /* cannot happen: the source wrote it */
   const uint8_t *data = mep_dev_src(k.c.win, src,
-                                    mep_ep_disp_token(L, half, src, t)) +
+                                    mep__ep_disp_token(L, half, src, t)) +
                         MEP_EP_MSG_HEADER;
   const int nv = recv_units(k), v0 = ch * EP_COPY_BATCH;
   const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
@@ -319,7 +308,7 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
 __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
                            int el, uint64_t deadline) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
+  const mep__ep_layout_t *L = &c.lay;
   const int R = L->ranks, T = L->tokens;
   int64_t *lr = k.layout_range + (size_t)el * R;
   int running = 0;
@@ -327,7 +316,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
     int s = base + (int)threadIdx.x, n = 0, chunk = 0;
     if (s < R && ep_live(c, s)) {
       const uint64_t *p = (const uint64_t *)mep_dev_src(
-          c.win, s, mep_ep_disp_count(L, half, el, s));
+          c.win, s, mep__ep_disp_count(L, half, el, s));
       uint64_t word = 0;
       if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
@@ -348,10 +337,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     disp_recv(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
-  const mep_ep_layout_t *L = &c.lay;
-  const uint64_t seq = ep_seq(c, MEP__EP_DR);
-  const int half = (int)(seq & 1);
-  const uint64_t deadline = mep_dev_now_ns() + c.timeout_ns;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DR);
   const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
   const int R = L->ranks;
   __shared__ int s_ok;
