@@ -294,7 +294,7 @@ def sanity(rank, world, buf, ref, x, idx, w, X, idx_all, disp):
     # unquantised tokens of the rows each path's dispatch delivered.
     (mq, ms), count, handle, _, _ = disp()
     src_info, layout_range = handle[0], handle[1]
-    begin, n_from = layout_range & 0xFFFFFFFF, layout_range >> 32
+    begin, n_from = layout_range >> 32, layout_range & 0xFFFFFFFF
     slots = torch.arange(world * T, device=dev)[None, :]
     m_rank = torch.full((L, world * T), -1, dtype=torch.int32, device=dev)
     for r in range(world):

@@ -157,7 +157,7 @@ static int round_trip(mep_ep_buffer_t *b, const opts_t *o, int round,
     float f = expert_scale(o->rank * L + el);
     for (int s = 0; s < R; s++) {
       int64_t v = lr[(size_t)el * R + s];
-      size_t begin = (size_t)(uint32_t)v, cnt_s = (size_t)(v >> 32);
+      size_t begin = (size_t)(v >> 32), cnt_s = (size_t)(uint32_t)v;
       for (size_t row = begin; row < begin + cnt_s; row++)
         for (int h = 0; h < H; h++) {
           size_t i = ((size_t)el * S + row) * H + (size_t)h;

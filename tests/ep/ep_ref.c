@@ -235,7 +235,8 @@ int ep_ref_check_dispatch(const ep_case_t *c, int rank, const int32_t *active,
           cnt++;
         }
       int64_t lr = layout_range[(size_t)le * R + r];
-      int64_t got_cnt = lr >> 32, begin = lr & 0xffffffff;
+      /* DeepEP's packing: begin in the high half, count in the low */
+      int64_t begin = lr >> 32, got_cnt = lr & 0xffffffff;
       if (got_cnt != cnt || (cnt > 0 && begin != off)) {
         rc = fail(why, why_len, "rank %d expert %d: layout_range from rank %d"
                   " is count %lld begin %lld, want count %lld begin %lld%s",
@@ -280,7 +281,7 @@ void ep_ref_expert_rows(const ep_case_t *c, int rank, const void *recv_x,
     float f = expert_factor(rank * L + le);
     for (int r = 0; r < R; r++) {
       int64_t lr = layout_range[(size_t)le * R + r];
-      int64_t cnt = lr >> 32, begin = lr & 0xffffffff;
+      int64_t begin = lr >> 32, cnt = lr & 0xffffffff;
       for (int64_t i = begin; i < begin + cnt; i++) {
         size_t row = (size_t)le * S + (size_t)i;
         for (size_t h = 0; h < H; h++) {

@@ -1,5 +1,6 @@
-/* test_ep_fp8: the host conversions of ep_fp8.c against brute force. The
- * e4m3 values are derived here from the format's definition (1 sign, 4
+/* test_ep_fp8: the host conversions of ep_fp8.c against brute force, and
+ * the FP8 scales and codes against DeepEP's formula (written here from it).
+ * The e4m3 values are derived here from the format's definition (1 sign, 4
  * exponent bits of bias 7, 3 mantissa bits, S.1111.111 NaN, no infinities)
  * and every encoding is compared with the nearest of all 256 codes. */
 #include <math.h>
@@ -149,23 +150,61 @@ static void test_bf16(void) {
   }
 }
 
-static void test_scales(void) {
-  EXPECT(mep__ep_fp8_scale(0.0f, 0) == 1e-4f / 448.0f, "amax floor");
-  EXPECT(mep__ep_fp8_scale(448.0f, 0) == 1.0f, "448 -> 1");
-  for (int i = 0; i < 100000; i++) {
-    float amax = (float)ldexp((double)(next() & 0xffffff) / 0x1p24,
-                              (int)(next() % 40) - 20);
-    float raw = fmaxf(amax, 1e-4f) / 448.0f;
-    EXPECT(mep__ep_fp8_scale(amax, 0) == raw, "scale of %g", amax);
-    float r = mep__ep_fp8_scale(amax, 1);
-    int e;
-    EXPECT(frexpf(r, &e) == 0.5f, "round scale %g is not a power of 2", r);
-    EXPECT(r >= raw && r < 2 * raw, "round scale %g of raw %g", r, raw);
-    uint8_t u = mep__ep_scale_to_ue8m0(r);
-    EXPECT(u == e - 1 + 127, "ue8m0 of %g is %d, want %d", r, u, e - 1 + 127);
-    EXPECT(mep__ep_ue8m0_to_scale(u) == r, "ue8m0 %d back to %g", u, r);
+/* DeepEP's FP8 scales, written here from its formula (calculate_fp8_scales
+ * in its kernels' utils): amax floored by a 1e-4 margin; scale_inv = amax *
+ * (1 / 448.f) and scale = 448.f / amax, each one float operation rounded to
+ * nearest; with round_scale, e = ceil(log2(amax * (1 / 448.f))) (a float's
+ * exponent, plus one when mantissa bits are set), scale = 2^-e, scale_inv =
+ * 2^e. Computed in double and rounded once to float, which gives the same
+ * bits as the float operations (a product of two floats is exact in double;
+ * double's 53 bits make the double rounding of a quotient harmless). */
+static void deepep_scales(float amax, int round_scale, float *scale,
+                          float *inv) {
+  double a = amax > 1e-4f ? amax : 1e-4f;
+  const float inv448 = (float)(1.0 / 448.0);
+  if (!round_scale) {
+    *inv = (float)(a * (double)inv448);
+    *scale = (float)(448.0 / a);
+    return;
   }
-  EXPECT(mep__ep_fp8_scale(0.5f * 448, 1) == 0.5f, "exact power stays");
+  float t = (float)(a * (double)inv448);
+  int e;
+  double m = frexp(t, &e); /* t = m * 2^e, m in [0.5, 1) */
+  int ceil_log2 = m == 0.5 ? e - 1 : e;
+  *scale = (float)ldexp(1.0, -ceil_log2);
+  *inv = (float)ldexp(1.0, ceil_log2);
+}
+
+static void test_scales(void) {
+  float sc, inv, rs, rinv;
+  mep__ep_fp8_scales(0.0f, 0, &sc, &inv);
+  EXPECT(inv == 1e-4f * (1.0f / 448.0f) && sc == 448.0f / 1e-4f, "floor");
+  mep__ep_fp8_scales(448.0f, 0, &sc, &inv);
+  EXPECT(inv == 1.0f && sc == 1.0f, "448 -> 1");
+  for (int i = 0; i < 200000; i++) {
+    float amax = (float)ldexp((double)(next() & 0xffffff) / 0x1p24,
+                              (int)(next() % 48) - 24);
+    float want_s, want_inv;
+    for (int round = 0; round < 2; round++) {
+      deepep_scales(amax, round, &want_s, &want_inv);
+      mep__ep_fp8_scales(amax, round, &sc, &inv);
+      EXPECT(sc == want_s && inv == want_inv, "scales of %a (round %d): "
+             "%a %a, DeepEP's %a %a", amax, round, sc, inv, want_s,
+             want_inv);
+    }
+    mep__ep_fp8_scales(amax, 1, &rs, &rinv);
+    mep__ep_fp8_scales(amax, 0, &sc, &inv);
+    int e;
+    EXPECT(frexpf(rinv, &e) == 0.5f && rs * rinv == 1.0f,
+           "round scale %g is not a power of 2", rinv);
+    EXPECT(rinv >= inv && rinv < 2 * inv, "round scale %g of %g", rinv, inv);
+    uint8_t u = mep__ep_scale_to_ue8m0(rinv);
+    EXPECT(u == e - 1 + 127, "ue8m0 of %g is %d, want %d", rinv, u,
+           e - 1 + 127);
+    EXPECT(mep__ep_ue8m0_to_scale(u) == rinv, "ue8m0 %d back to %g", u, rinv);
+  }
+  mep__ep_fp8_scales(0.5f * 448, 1, &rs, &rinv);
+  EXPECT(rinv == 0.5f && rs == 2.0f, "exact power stays");
 }
 
 static void test_quantize(void) {
@@ -174,10 +213,10 @@ static void test_quantize(void) {
   uint8_t codes[H];
   float s[H / 128];
   for (int rs = 0; rs < 2; rs++)
-    for (int it = 0; it < 200; it++) {
+    for (int it = 0; it < 400; it++) {
       for (int i = 0; i < H; i++) {
         double v = ((double)(next() % 2000000) / 1e6 - 1.0) *
-                   ldexp(1, (int)(it % 30) - 15);
+                   ldexp(1, (int)(it % 40) - 25);
         x[i] = mep__ep_float_to_bf16((float)v);
       }
       mep__ep_quantize_row(x, H, rs, codes, s);
@@ -185,15 +224,18 @@ static void test_quantize(void) {
         double amax = 0;
         for (int i = 0; i < 128; i++)
           amax = fmax(amax, fabs(mep__ep_bf16_to_float(x[g * 128 + i])));
-        EXPECT(s[g] == mep__ep_fp8_scale((float)amax, rs), "group scale");
+        float scale, inv;
+        deepep_scales((float)amax, rs, &scale, &inv);
+        EXPECT(s[g] == inv, "group scale %a, DeepEP's %a", s[g], inv);
         for (int i = 0; i < 128; i++) {
           int h = g * 128 + i;
           double xv = mep__ep_bf16_to_float(x[h]);
-          EXPECT(codes[h] == nearest((float)(xv / s[g])), "code of %g", xv);
+          /* DeepEP codes x * scale, a float product rounded once */
+          EXPECT(codes[h] == nearest((float)(xv * scale)), "code of %g", xv);
           /* the round trip error: half an e4m3 step relative to the value,
            * or half the smallest subnormal step relative to amax / 448 */
           double back = value[codes[h]] * s[g];
-          EXPECT(fabs(back - xv) <= fabs(xv) / 16 + s[g] * 0x1p-10,
+          EXPECT(fabs(back - xv) <= fabs(xv) / 16 + s[g] * 0x1p-9,
                  "round trip of %g is %g (scale %g)", xv, back, s[g]);
         }
       }

@@ -59,14 +59,22 @@ float mep__ep_e4m3_to_float(uint8_t code) {
   return s * ldexpf(1.0f + (float)man / 8.0f, exp - 7);
 }
 
-float mep__ep_fp8_scale(float amax, int round_scale) {
-  float s = fmaxf(amax, MEP_EP_AMAX_MIN) / MEP_EP_E4M3_MAX;
-  if (round_scale) {
-    int e;
-    float m = frexpf(s, &e); /* s = m * 2^e, m in [0.5, 1) */
-    s = m == 0.5f ? s : ldexpf(1.0f, e);
+/* 2^e for -126 <= e <= 127, from the bits. */
+static float pow2(int e) { return bits_float((uint32_t)(e + 127) << 23); }
+
+void mep__ep_fp8_scales(float amax, int round_scale, float *scale,
+                        float *inv) {
+  const float inv448 = 1.0f / MEP_EP_E4M3_MAX;
+  amax = fmaxf(amax, MEP_EP_AMAX_MIN);
+  if (!round_scale) {
+    *inv = amax * inv448;
+    *scale = MEP_EP_E4M3_MAX / amax;
+    return;
   }
-  return s;
+  uint32_t b = float_bits(amax * inv448);
+  int e = (int)((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0);
+  *scale = pow2(-e);
+  *inv = pow2(e);
 }
 
 uint8_t mep__ep_scale_to_ue8m0(float scale) {
@@ -84,10 +92,11 @@ void mep__ep_quantize_row(const uint16_t *x, int hidden, int round_scale,
     float amax = 0.0f;
     for (int i = 0; i < MEP_EP_FP8_GROUP; i++)
       amax = fmaxf(amax, fabsf(mep__ep_bf16_to_float(in[i])));
-    float s = mep__ep_fp8_scale(amax, round_scale);
-    scales[g] = s;
+    float scale, inv;
+    mep__ep_fp8_scales(amax, round_scale, &scale, &inv);
+    scales[g] = inv;
     for (int i = 0; i < MEP_EP_FP8_GROUP; i++)
       codes[g * MEP_EP_FP8_GROUP + i] =
-          mep__ep_float_to_e4m3(mep__ep_bf16_to_float(in[i]) / s);
+          mep__ep_float_to_e4m3(mep__ep_bf16_to_float(in[i]) * scale);
   }
 }

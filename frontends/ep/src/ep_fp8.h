@@ -23,9 +23,15 @@ uint16_t mep__ep_float_to_bf16(float f);
 uint8_t mep__ep_float_to_e4m3(float v);
 float mep__ep_e4m3_to_float(uint8_t code);
 
-/* The scale of a group whose largest magnitude is amax: max(amax, 1e-4) /
- * 448, with round_scale rounded up to a power of two. */
-float mep__ep_fp8_scale(float amax, int round_scale);
+/* The scales of a group whose largest magnitude is amax, computed as
+ * DeepEP computes them, so that codes and scales are the same bits: amax
+ * is floored at 1e-4; without round_scale, *inv = amax * (1/448) and
+ * *scale = 448 / amax (two float operations, round to nearest); with it,
+ * *inv = 2^e with e = ceil(log2(amax * (1/448))) read off the float's bits,
+ * and *scale = 2^-e. A value x is coded e4m3(x * *scale); *inv is the
+ * dequantising scale that travels with the codes. */
+void mep__ep_fp8_scales(float amax, int round_scale, float *scale,
+                        float *inv);
 /* The UE8M0 byte of a power-of-two scale (its exponent bits) and back. */
 uint8_t mep__ep_scale_to_ue8m0(float scale);
 float mep__ep_ue8m0_to_scale(uint8_t e);

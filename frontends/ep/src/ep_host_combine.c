@@ -21,7 +21,7 @@ static int check_ranges(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a) {
   for (int el = 0; el < L; el++)
     for (int src = 0; src < R; src++) {
       int64_t lr = a->layout_range[(size_t)el * R + src];
-      uint64_t n = (uint64_t)lr >> 32, begin = (uint64_t)lr & 0xffffffffu;
+      uint64_t n = mep__ep_lr_count(lr), begin = mep__ep_lr_begin(lr);
       if (n > (uint64_t)T || begin + n > S)
         return mep_set_error(MEP_ERR_INVALID, 0, "%s: layout_range[%d][%d] "
                              "is count %llu begin %llu: outside the %d rows "
@@ -54,7 +54,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   for (int el = 0; el < L; el++)
     for (int src = 0; src < R; src++) {
       int64_t lr = a->layout_range[(size_t)el * R + src];
-      uint32_t n = (uint32_t)((uint64_t)lr >> 32), begin = (uint32_t)lr;
+      uint32_t n = mep__ep_lr_count(lr), begin = mep__ep_lr_begin(lr);
       for (uint32_t i = 0; i < n && c->active[src]; i++) {
         size_t row = (size_t)begin + i;
         uint64_t stage = mep__ep_comb_stage(&b->lay, el, (int)row);

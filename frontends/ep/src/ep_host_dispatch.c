@@ -186,8 +186,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
         else
           n = (uint32_t)seen;
       }
-      a->recv_layout_range[(size_t)el * R + src] =
-          (int64_t)(((uint64_t)n << 32) | off);
+      a->recv_layout_range[(size_t)el * R + src] = mep__ep_lr_pack(off, n);
       for (uint32_t i = 0; i < n; i++) {
         int32_t t;
         memcpy(&t, (const char *)h->mem +

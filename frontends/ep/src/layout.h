@@ -80,6 +80,16 @@ typedef struct mep__ep_layout {
   uint64_t total;       /* bytes of the whole */
 } mep__ep_layout_t;
 
+/* A handle's layout_range word, packed as DeepEP packs it: the first row
+ * of a source's tokens in the high half, their count in the low half. */
+MEP_EP_HD int64_t mep__ep_lr_pack(uint32_t begin, uint32_t count) {
+  return (int64_t)(((uint64_t)begin << 32) | count);
+}
+MEP_EP_HD uint32_t mep__ep_lr_begin(int64_t v) {
+  return (uint32_t)((uint64_t)v >> 32);
+}
+MEP_EP_HD uint32_t mep__ep_lr_count(int64_t v) { return (uint32_t)v; }
+
 MEP_EP_HD uint64_t mep__ep_align(uint64_t v) {
   return (v + MEP_EP_ALIGN - 1) / MEP_EP_ALIGN * MEP_EP_ALIGN;
 }

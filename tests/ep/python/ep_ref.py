@@ -48,14 +48,27 @@ def combine(x, idx, w, active_experts):
     return out.to(torch.bfloat16)
 
 
-def fp8_scale(x, round_scale):
-    """The per-(token, 128-group) scales of ep.h: max(amax, 1e-4) / 448,
-    rounded up to a power of two with round_scale. x [n, H] -> [n, H/128]."""
-    amax = x.float().abs().view(x.shape[0], -1, 128).amax(-1)
-    s = torch.clamp(amax, min=1e-4) / 448.0
-    if round_scale:
-        s = torch.exp2(torch.ceil(torch.log2(s)))
-    return s
+def fp8_cast(x, round_scale):
+    """DeepEP's per-(token, 128-group) FP8 cast, written from its formula,
+    in float32 torch arithmetic: amax floored at 1e-4; scale_inv = amax *
+    (1/448) and scale = 448 / amax, or with round_scale the powers of two
+    2^e, 2^-e with e = ceil(log2(amax * (1/448))) read off the float's
+    bits; codes = e4m3(x * scale) (torch's conversion: nearest, ties to
+    even). x [n, H] bf16 -> (codes float8_e4m3fn [n, H], scale_inv [n, H/128])."""
+    n = x.shape[0]
+    xf = x.float().view(n, -1, 128)
+    amax = torch.clamp(xf.abs().amax(-1), min=1e-4)
+    inv448 = torch.tensor(1.0 / 448.0, dtype=torch.float32)
+    if not round_scale:
+        inv = amax * inv448
+        scale = torch.tensor(448.0, dtype=torch.float32) / amax
+    else:
+        bits = (amax * inv448).view(torch.int32)
+        e = ((bits >> 23) & 0xFF) - 127 + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+        scale = ((127 - e) << 23).view(torch.float32)
+        inv = ((127 + e) << 23).view(torch.float32)
+    codes = (xf * scale.unsqueeze(-1)).view(n, -1).to(torch.float8_e4m3fn)
+    return codes, inv
 
 
 def fp8_bound(x, scale):

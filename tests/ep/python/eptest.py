@@ -69,7 +69,7 @@ def check_dispatch(rank, R, data, E, recv, count, handle, *, fp8=None,
             if active_src is not None and src not in active_src:
                 want[src] = []
             word = int(layout[l, src])
-            n, b = word >> 32, word & 0xFFFFFFFF
+            b, n = word >> 32, word & 0xFFFFFFFF  # DeepEP's packing
             assert n == len(want[src]), (f"expert {e}, source {src}: {n} tokens, "
                                          f"expected {len(want[src])}")
             if n == 0:
@@ -81,13 +81,18 @@ def check_dispatch(rank, R, data, E, recv, count, handle, *, fp8=None,
             if fp8 is None:
                 assert torch.equal(q[l, b:b + n], x), f"expert {e}, source {src}: data"
             else:
+                # the same bits as DeepEP's cast of the same rows
                 round_scale, ue8m0 = fp8
                 s = unpack_scales(scales[l, b:b + n], ue8m0)
-                ref_s = ep_ref.fp8_scale(x, round_scale)
-                if round_scale:
-                    assert torch.equal(s, ref_s), f"expert {e}: scales {s} vs {ref_s}"
-                else:
-                    torch.testing.assert_close(s, ref_s, rtol=1e-6, atol=0)
+                ref_q, ref_s = ep_ref.fp8_cast(x, round_scale)
+                assert torch.equal(s.view(torch.int32), ref_s.view(torch.int32)), (
+                    f"expert {e}, source {src}: scales differ from DeepEP's at "
+                    f"{(s != ref_s).nonzero()[:4].tolist()}")
+                got_q = q[l, b:b + n].contiguous().view(torch.uint8)
+                diff = got_q != ref_q.view(torch.uint8)
+                assert not bool(diff.any()), (
+                    f"expert {e}, source {src}: {int(diff.sum())} FP8 codes differ "
+                    f"from DeepEP's, first at {diff.nonzero()[0].tolist()}")
                 deq = q[l, b:b + n].float() * s.repeat_interleave(128, dim=-1)
                 err = (deq - x.float()).abs()
                 bound = ep_ref.fp8_bound(x, ref_s)

@@ -44,11 +44,16 @@ def surface(ctx):
     E = L * R
     hint = Buffer.get_low_latency_rdma_size_hint(T, H, R, E)
 
-    # DeepEP's constructor, positional and keyword, extra keywords ignored.
+    # DeepEP's constructor, positional in its order (group, num_nvl_bytes,
+    # num_rdma_bytes, low_latency_mode, num_qps_per_rank,
+    # allow_nvlink_for_low_latency_mode, allow_mnnvl, use_fabric,
+    # explicitly_destroy, enable_shrink, comm), extra keywords ignored.
     Buffer.set_num_sms(24)
-    buf = Buffer(None, 1 << 20, hint, True, 12, True, False, True,
-                 use_fabric=False, enable_shrink=False, comm=None)
+    buf = Buffer(None, 1 << 20, hint, True, 12, True, False, False, True, False,
+                 None, some_future_deepep_option=1)
     assert buf.explicitly_destroy and buf.group_size == R and buf.rank == rank
+    assert mep_ep.topk_idx_t is torch.int64
+    assert isinstance(Buffer.is_sm90_compiled(), bool)
     x, idx, w = eptest.case_inputs("api", R, T, H, E, K)[rank]
     x = x if x.shape[0] else torch.zeros(1, H, dtype=torch.bfloat16)
     idx = idx if idx.shape[0] else torch.full((1, K), -1, dtype=torch.int64)
@@ -106,6 +111,24 @@ def surface(ctx):
     recv, count, handle, _, _ = d(x, idx, T, E, use_fp8=False, timeout_us=5_000_000)
     act = buf.active_ranks
     assert act.dtype == torch.int32 and act.tolist() == [1] * R
+
+    # DeepEP's mask buffer is the active set seen the other way round.
+    status = torch.full((R,), 7, dtype=torch.int32)
+    buf.low_latency_query_mask_buffer(status)
+    assert status.tolist() == [0] * R
+    other = (rank + 1) % R
+    buf.low_latency_update_mask_buffer(other, True)
+    assert buf.active_ranks[other] == 0
+    buf.low_latency_query_mask_buffer(status)
+    assert status.tolist() == [int(r == other) for r in range(R)]
+    buf.low_latency_update_mask_buffer(other)  # mask=False unmasks
+    assert buf.active_ranks.tolist() == [1] * R
+    buf.low_latency_update_mask_buffer(other, True)
+    buf.low_latency_clean_mask_buffer()
+    assert buf.active_ranks.tolist() == [1] * R
+    raises(ValueError, "rank_to_mask must be a rank", buf.low_latency_update_mask_buffer, R)
+    raises(TypeError, "mask_status must be torch.int32",
+           buf.low_latency_query_mask_buffer, torch.zeros(R))
     raises(ValueError, "was made for num_max_dispatch_tokens_per_rank 4, hidden 256",
            d, x, idx, T + 1, E)
     raises(ValueError, "use one Buffer per setting", d, x, idx, T, 2 * E)

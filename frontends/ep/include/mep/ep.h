@@ -20,8 +20,9 @@
  *                element (e, t, g) at e * G * S + g * S + t, S = size * max_tokens
  *   src_info     [local_experts, size * max_tokens]  int32: the token's
  *                                      index on its source rank
- *   layout_range [local_experts, size]  int64: (count << 32) | begin of the
- *                                      tokens from each source rank
+ *   layout_range [local_experts, size]  int64: (begin << 32) | count of the
+ *                                      tokens from each source rank (as
+ *                                      DeepEP packs it)
  *   recv_count   [local_experts]       int32: tokens received per expert
  *   out          [num_tokens, hidden]  bf16
  *

@@ -124,6 +124,11 @@ class _Libs:
             setattr(self, name[4:], f)  # mep_ep_dispatch -> self.ep_dispatch
 
 
+def gpu_arch():
+    """The GPU architecture the kernels were built for ("sm_90"), or ""."""
+    return getattr(_ep_paths, "GPU_ARCH", "")
+
+
 _libs = None
 _lock = threading.Lock()
 

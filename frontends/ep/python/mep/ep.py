@@ -33,7 +33,10 @@ import torch.distributed as dist
 
 from . import _ep_c as _c
 
-__all__ = ["Buffer", "EventOverlap"]
+__all__ = ["Buffer", "EventOverlap", "topk_idx_t"]
+
+# The dtype of topk_idx, as deep_ep.topk_idx_t (DeepEP's default build).
+topk_idx_t = torch.int64
 
 _buffer_ids = itertools.count()
 # How long a rank waits for rank 0's store server to accept it.
@@ -151,11 +154,13 @@ class Buffer:
     combine. Collective: every rank of `group` creates it, in the same
     order as its other Buffers.
 
-    DeepEP's arguments are accepted so existing code runs unchanged:
-    num_nvl_bytes, low_latency_mode, num_qps_per_rank,
-    allow_nvlink_for_low_latency_mode, allow_mnnvl and any other keyword
-    (**ignored_deepep_kwargs) mean nothing here (mep sizes its memory itself
-    and picks a transport per peer). num_rdma_bytes, when positive, must be
+    DeepEP's arguments are accepted, positionally in DeepEP's order, so
+    existing code runs unchanged: num_nvl_bytes, low_latency_mode,
+    num_qps_per_rank, allow_nvlink_for_low_latency_mode, allow_mnnvl,
+    use_fabric, enable_shrink (mep always masks ranks that fail: see the
+    mask methods), comm and any other keyword (**ignored_deepep_kwargs) mean
+    nothing here (mep sizes its memory itself and picks a transport per
+    peer). num_rdma_bytes, when positive, must be
     at least get_low_latency_rdma_size_hint(...) of the calls (ValueError,
     as DeepEP's assertion). explicitly_destroy=True: the memory is released
     by destroy() only (DeepEP's rule); else also when the Buffer is
@@ -176,7 +181,8 @@ class Buffer:
     def __init__(self, group, num_nvl_bytes=0, num_rdma_bytes=0,
                  low_latency_mode=True, num_qps_per_rank=24,
                  allow_nvlink_for_low_latency_mode=True, allow_mnnvl=False,
-                 explicitly_destroy=False, *, timeout_us=None, active_ranks=None,
+                 use_fabric=False, explicitly_destroy=False, enable_shrink=False,
+                 comm=None, *, timeout_us=None, active_ranks=None,
                  **ignored_deepep_kwargs):
         self._lib = None
         self._buf = self._comm = self._store = self._server = None
@@ -337,6 +343,17 @@ class Buffer:
                 f"{num_experts} experts (hidden must be a multiple of 128, the experts "
                 f"a multiple of the ranks, at most {_c.MAX_LOCAL_EXPERTS} per rank)")
         return n
+
+    @staticmethod
+    def is_sm90_compiled():
+        """Whether the kernels were built for Hopper (sm_90) or later."""
+        arch = _c.gpu_arch()
+        return arch.startswith("sm_") and int(arch[3:5]) >= 90
+
+    def get_comm_stream(self):
+        """The stream communication runs on: mep enqueues each call on the
+        caller's current stream, so this is the current stream."""
+        return torch.cuda.current_stream()
 
     @staticmethod
     def set_num_sms(new_num_sms):
@@ -557,6 +574,29 @@ class Buffer:
             hook = self._recv_hook(self._lib.ep_combine, args, flags, device, what, keep,
                                    lambda: None)
         return out, self._event(async_finish, device, keep), hook
+
+    # DeepEP's mask buffer: a masked rank is one mep has made inactive
+    # (active_ranks == 0): calls neither wait for it nor send to it.
+
+    def low_latency_update_mask_buffer(self, rank_to_mask, mask=False):
+        """Masks (mask=True) or unmasks a rank for later calls: clears or
+        sets its entry of active_ranks."""
+        if isinstance(rank_to_mask, bool) or not isinstance(rank_to_mask, int) \
+                or not 0 <= rank_to_mask < self.group_size:
+            raise ValueError(f"rank_to_mask must be a rank of the group (0 .. "
+                             f"{self.group_size - 1}), not {rank_to_mask!r}")
+        self.active_ranks[rank_to_mask] = 0 if mask else 1
+
+    def low_latency_query_mask_buffer(self, mask_status):
+        """Writes 1 for every masked (inactive) rank, 0 for the others, into
+        mask_status (int32 [group size])."""
+        _check(mask_status, "mask_status", torch.int32, (self.group_size,))
+        act = self.active_ranks
+        mask_status.copy_((act == 0).to(torch.int32).to(mask_status.device))
+
+    def low_latency_clean_mask_buffer(self):
+        """Unmasks every rank."""
+        self.active_ranks.fill_(1)
 
     def get_next_low_latency_combine_buffer(self, handle):
         """A bf16 view [L, R*T, H] of the memory a zero_copy combine sends

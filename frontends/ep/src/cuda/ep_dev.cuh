@@ -114,8 +114,8 @@ __device__ __forceinline__ int64_t ep_pair_rows(const int64_t *layout_range,
                                                 int64_t *begin) {
   const int64_t S = (int64_t)L->ranks * L->tokens;
   const int64_t v = layout_range[(size_t)el * L->ranks + s];
-  int64_t n = v >> 32;
-  *begin = (int64_t)(uint32_t)v;
+  int64_t n = mep__ep_lr_count(v);
+  *begin = mep__ep_lr_begin(v);
   if (n < 0 || *begin > S) n = 0;
   if (n > S - *begin) n = S - *begin;
   return n < L->tokens ? n : L->tokens;

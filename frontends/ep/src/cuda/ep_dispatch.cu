@@ -29,17 +29,25 @@
 
 namespace {
 
-/* ep.h's scale: max(amax, 1e-4) / 448, rounded up to a power of two with
- * round_scale (exactly: a float with mantissa bits set moves to the next
- * exponent; scales are normal floats, >= 1e-4 / 448). */
-__device__ __forceinline__ float fp8_scale(float amax, int round_scale) {
-  float s = fmaxf(amax, 1e-4f) / 448.0f;
-  if (round_scale) {
-    uint32_t b = __float_as_uint(s);
-    if (b & 0x7fffffu) b = (b + 0x7fffffu) & 0xff800000u;
-    s = __uint_as_float(b);
+/* The group's scales as DeepEP computes them (and ep_fp8.c, the CPU
+ * path's and the tests' reference): amax floored at 1e-4; inv = amax *
+ * (1/448) and scale = 448 / amax, or with round_scale the powers of two
+ * 2^e and 2^-e, e = ceil(log2(amax * (1/448))) from the float's bits.
+ * Values are coded e4m3(x * scale); inv travels. IEEE division (no fast
+ * math), as on the host. */
+__device__ __forceinline__ void fp8_scales(float amax, int round_scale,
+                                           float *scale, float *inv) {
+  const float inv448 = 1.0f / 448.0f;
+  amax = fmaxf(amax, 1e-4f);
+  if (!round_scale) {
+    *inv = __fmul_rn(amax, inv448);
+    *scale = __fdiv_rn(448.0f, amax);
+    return;
   }
-  return s;
+  uint32_t b = __float_as_uint(__fmul_rn(amax, inv448));
+  int e = (int)((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0);
+  *scale = __uint_as_float((uint32_t)(127 - e) << 23);
+  *inv = __uint_as_float((uint32_t)(127 + e) << 23);
 }
 
 /* Two values to two e4m3 codes (round to nearest even, saturating to
@@ -116,12 +124,14 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
     if (!ok) continue;
-    float s = fp8_scale(amax, round_scale);
+    float scale, s;
+    fp8_scales(amax, round_scale, &scale, &s);
     ep_v16 q;
     for (int i = 0; i < 4; i++) {
-      uint32_t lo = fp8x2(__fdiv_rn(f[4 * i], s), __fdiv_rn(f[4 * i + 1], s));
-      uint32_t hi =
-          fp8x2(__fdiv_rn(f[4 * i + 2], s), __fdiv_rn(f[4 * i + 3], s));
+      uint32_t lo = fp8x2(__fmul_rn(f[4 * i], scale),
+                          __fmul_rn(f[4 * i + 1], scale));
+      uint32_t hi = fp8x2(__fmul_rn(f[4 * i + 2], scale),
+                          __fmul_rn(f[4 * i + 3], scale));
       q.w[i] = lo | (hi << 16);
     }
     for (int j = 0; j < topk; j++) {
@@ -324,7 +334,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
       }
     }
     int excl = block_excl_scan(n, &chunk);
-    if (s < R) lr[s] = ((int64_t)n << 32) | (int64_t)(running + excl);
+    if (s < R) lr[s] = mep__ep_lr_pack((uint32_t)(running + excl), n);
     running += chunk;
   }
   return running;
