@@ -16,7 +16,9 @@
  *   nofail    poll swallows every failed completion
  *   latefail  after close(ep), a later poll reports the peer failed
  *   norecon   connect() refuses a second connection in a context, as
- *             plugins of ABI 1.0 did */
+ *             plugins of ABI 1.0 did
+ *   cudaonly  props says CUDA memory only (the suite must pick CUDA memory
+ *             for it, and skip where there is none) */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -40,6 +42,7 @@ typedef enum {
   F_NOFAIL,
   F_LATEFAIL,
   F_NORECON,
+  F_CUDAONLY,
 } fault_t;
 
 static const mep_transport_t *inner;
@@ -63,6 +66,7 @@ static fault_t parse_fault(const char *s) {
       {"crash", F_CRASH},
       {"hang", F_HANG},       {"nofail", F_NOFAIL},
       {"latefail", F_LATEFAIL}, {"norecon", F_NORECON},
+      {"cudaonly", F_CUDAONLY},
   };
   for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) return names[i].f;
@@ -113,7 +117,10 @@ static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
 }
 
 static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {
-  return inner->props(ctx, p);
+  int rc = inner->props(ctx, p);
+  if (rc) return rc;
+  if (fault == F_CUDAONLY) p->mem_kinds = MEP_TP_MEM_CUDA;
+  return 0;
 }
 
 static int f_address(mep_tp_ctx_t *ctx, void *buf, size_t *len) {

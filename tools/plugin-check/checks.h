@@ -11,6 +11,7 @@ typedef struct pc_check {
   const char *what; /* one line, for --list */
   int nranks;       /* 1: rank 0 alone; 2: ranks 0 and 1 */
   int kills_peer;   /* rank 0 SIGKILLs rank 1 on purpose */
+  int registers;    /* registers memory (see pc_worker_t.registers) */
   void (*run)(pc_worker_t *w);
 } pc_check_t;
 
