@@ -7,6 +7,9 @@
 const pc_check_t pc_checks[] = {
     {"abi", "the vtable: version, size, name, mandatory functions; props",
      1, 0, 0, pc_check_abi},
+    {"config-keys", "declared config keys: defaults read back, init with "
+     "them (ABI 1.3)",
+     1, 0, 0, pc_check_config_keys},
     {"init-fini", "20 init/fini cycles leak no fd; close is idempotent",
      2, 0, 0, pc_check_init_fini},
     {"address", "the address blob fits MEP_TP_MAX_ADDR and is stable",

@@ -33,6 +33,7 @@ void pc_check_bounds(pc_worker_t *w);
 void pc_check_dereg(pc_worker_t *w);
 void pc_check_peer_killed(pc_worker_t *w);
 void pc_check_reconnect(pc_worker_t *w);
+void pc_check_config_keys(pc_worker_t *w);
 
 /* The benchmark, run as a two-rank "check" that emits table lines. */
 void pc_bench(pc_worker_t *w);
