@@ -38,7 +38,8 @@ run 0 '^  -m, --memory KIND ' --help
 
 # --list names every check, one per line.
 for name in abi config-keys init-fini address reachable connect register \
-    write-sizes signal-order completions bounds dereg peer-killed reconnect; do
+    write-sizes signal-order completions bounds dereg peer-killed reconnect \
+    descriptors; do
   run 0 "^$name " --list
 done
 

@@ -35,6 +35,9 @@ const pc_check_t pc_checks[] = {
     {"reconnect", "a rank's context is replaced: close, connect anew, data "
      "(ABI 1.1)",
      2, 0, 1, pc_check_reconnect},
+    {"descriptors", "device descriptors (ABI 1.3): headers, room, kernels "
+     "through base",
+     2, 0, 1, pc_check_descriptors},
 };
 
 const int pc_n_checks = (int)(sizeof pc_checks / sizeof pc_checks[0]);

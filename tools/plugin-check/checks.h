@@ -4,7 +4,15 @@
 #ifndef PC_CHECKS_H
 #define PC_CHECKS_H
 
+#include <stddef.h>
+
 #include "worker.h"
+
+/* 1 when the plugin's vtable is long enough to hold `field` (fields
+ * appended by later ABI minors). */
+#define PC_VT_HAS(tp, field)                                            \
+  ((tp)->struct_size >=                                                 \
+   offsetof(mep_transport_t, field) + sizeof((tp)->field))
 
 typedef struct pc_check {
   const char *name;
@@ -33,6 +41,7 @@ void pc_check_bounds(pc_worker_t *w);
 void pc_check_dereg(pc_worker_t *w);
 void pc_check_peer_killed(pc_worker_t *w);
 void pc_check_reconnect(pc_worker_t *w);
+void pc_check_descriptors(pc_worker_t *w);
 void pc_check_config_keys(pc_worker_t *w);
 
 /* The benchmark, run as a two-rank "check" that emits table lines. */

@@ -12,6 +12,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_copy.h"
+
 static int g_state; /* 0: not opened yet; 1: usable; -1: not (g_why) */
 static char g_why[256];
 static int g_dev = -1;
@@ -97,6 +99,13 @@ void pc_cuda_get(void *dst, const void *src, size_t len) {
   copy(dst, src, len, "cudaMemcpyAsync from the GPU");
 }
 
+void pc_cuda_kernel_copy(void *dst, const void *src, size_t len) {
+  opened("a kernel launch");
+  ok((cudaError_t)pc_cuda_launch_copy(dst, src, len, g_stream),
+     "the launch of a copy kernel", len);
+  wait_stream("a copy kernel", len);
+}
+
 #else /* !MEP_PC_HAVE_CUDA */
 
 int pc_cuda_open(char *why, size_t why_len) {
@@ -119,6 +128,11 @@ void pc_cuda_put(void *dst, const void *src, size_t len) {
 void pc_cuda_get(void *dst, const void *src, size_t len) {
   (void)dst, (void)src, (void)len;
   unbuilt("pc_cuda_get");
+}
+
+void pc_cuda_kernel_copy(void *dst, const void *src, size_t len) {
+  (void)dst, (void)src, (void)len;
+  unbuilt("pc_cuda_kernel_copy");
 }
 
 #endif

@@ -1,4 +1,5 @@
-/* mem_cuda.h - CUDA memory of the current GPU, for mem.c. Built for real only where meson found CUDA
+/* mem_cuda.h - CUDA memory of the current GPU, for mem.c and the
+ * descriptor checks. Built for real only where meson found CUDA
  * (MEP_PC_HAVE_CUDA); otherwise pc_cuda_open says so and nothing else may
  * be called. Every function except pc_cuda_open ends the check (pc_fail)
  * naming the CUDA call and its error when one fails. */
@@ -21,5 +22,10 @@ void pc_cuda_free(void *p);
 /* Copies, each complete when the function returns. */
 void pc_cuda_put(void *dst, const void *src, size_t len); /* host -> GPU */
 void pc_cuda_get(void *dst, const void *src, size_t len); /* GPU -> host */
+
+/* len bytes from src to dst by the threads of a kernel on the current GPU
+ * (plain loads and stores, then a system-wide fence), complete when it
+ * returns: what a GPU kernel reaching a peer's mapped memory does. */
+void pc_cuda_kernel_copy(void *dst, const void *src, size_t len);
 
 #endif
