@@ -16,7 +16,16 @@
  *   nofail    poll swallows every failed completion
  *   latefail  after close(ep), a later poll reports the peer failed
  *   norecon   connect() refuses a second connection in a context, as
- *             plugins of ABI 1.0 did */
+ *             plugins of ABI 1.0 did
+ *   desc      declares MEP_DEV_PTR and gives well-formed descriptor parts
+ *             (the region part's base is a made-up address: the regions
+ *             are host memory, which no kernel dereferences)
+ *   descsize  as desc, but the peer part's header says a larger size than
+ *             the part has
+ *   descover  as desc, but the peer part is written whole even into too
+ *             little room
+ *   cudaonly  props says CUDA memory only (the suite must pick CUDA memory
+ *             for it, and skip where there is none) */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -40,6 +49,10 @@ typedef enum {
   F_NOFAIL,
   F_LATEFAIL,
   F_NORECON,
+  F_DESC,
+  F_DESCSIZE,
+  F_DESCOVER,
+  F_CUDAONLY,
 } fault_t;
 
 static const mep_transport_t *inner;
@@ -63,6 +76,8 @@ static fault_t parse_fault(const char *s) {
       {"crash", F_CRASH},
       {"hang", F_HANG},       {"nofail", F_NOFAIL},
       {"latefail", F_LATEFAIL}, {"norecon", F_NORECON},
+      {"desc", F_DESC},       {"descsize", F_DESCSIZE},
+      {"descover", F_DESCOVER}, {"cudaonly", F_CUDAONLY},
   };
   for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) return names[i].f;
@@ -112,8 +127,16 @@ static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
   return inner->init(&inner_env, ctx);
 }
 
+static int desc_fault(void) {
+  return fault == F_DESC || fault == F_DESCSIZE || fault == F_DESCOVER;
+}
+
 static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {
-  return inner->props(ctx, p);
+  int rc = inner->props(ctx, p);
+  if (rc) return rc;
+  if (desc_fault()) p->dev_kind = MEP_DEV_PTR;
+  if (fault == F_CUDAONLY) p->mem_kinds = MEP_TP_MEM_CUDA;
+  return 0;
 }
 
 static int f_address(mep_tp_ctx_t *ctx, void *buf, size_t *len) {
@@ -148,8 +171,72 @@ typedef struct reg_entry {
 static reg_entry_t *regs;
 static size_t n_regs;
 
+/* The desc faults: an rkey carries its region's length in its first 8
+ * bytes, so that the importer's region part can tell it. */
+typedef struct import_entry {
+  mep_tp_rmr_t *rmr;
+  uint64_t len;
+} import_entry_t;
+static import_entry_t imports[64];
+static size_t n_imports;
+
+static int reg_with_len(mep_tp_ctx_t *ctx, void *ptr, size_t len,
+                        mep_memkind_t kind, mep_tp_mr_t **mr, void *rkey,
+                        size_t *rkey_len) {
+  if (*rkey_len < 8) return MEP_ERR_INVALID;
+  size_t room = *rkey_len - 8;
+  int rc = inner->reg(ctx, ptr, len, kind, mr, (unsigned char *)rkey + 8,
+                      &room);
+  if (rc) return rc;
+  uint64_t n = len;
+  memcpy(rkey, &n, 8);
+  *rkey_len = room + 8;
+  return 0;
+}
+
+static int import_with_len(mep_tp_ep_t *ep, const void *rkey, size_t len,
+                           mep_tp_rmr_t **rmr) {
+  if (len < 8) {
+    env_of_fault->set_error("fault: import: an rkey of %zu bytes", len);
+    return MEP_ERR_PROTOCOL;
+  }
+  uint64_t n;
+  memcpy(&n, rkey, 8);
+  int rc = inner->import(ep, (const unsigned char *)rkey + 8, len - 8, rmr);
+  if (rc) return rc;
+  pthread_mutex_lock(&lock);
+  if (n_imports < sizeof imports / sizeof imports[0])
+    imports[n_imports++] = (import_entry_t){*rmr, n};
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+static void forget_import(mep_tp_rmr_t *rmr) {
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < n_imports; i++)
+    if (imports[i].rmr == rmr) {
+      imports[i] = imports[--n_imports];
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+}
+
+static int imported_len(mep_tp_rmr_t *rmr, uint64_t *len) {
+  int found = 0;
+  pthread_mutex_lock(&lock);
+  for (size_t i = 0; i < n_imports && !found; i++)
+    if (imports[i].rmr == rmr) {
+      *len = imports[i].len;
+      found = 1;
+    }
+  pthread_mutex_unlock(&lock);
+  return found;
+}
+
 static int f_reg(mep_tp_ctx_t *ctx, void *ptr, size_t len, mep_memkind_t kind,
                  mep_tp_mr_t **mr, void *rkey, size_t *rkey_len) {
+  if (desc_fault())
+    return reg_with_len(ctx, ptr, len, kind, mr, rkey, rkey_len);
   int rc = inner->reg(ctx, ptr, len, kind, mr, rkey, rkey_len);
   if (rc || fault != F_CORRUPT) return rc;
   pthread_mutex_lock(&lock);
@@ -188,10 +275,12 @@ static void corrupt_source(mep_tp_mr_t *mr, uint64_t off) {
 
 static int f_import(mep_tp_ep_t *ep, const void *rkey, size_t len,
                     mep_tp_rmr_t **rmr) {
+  if (desc_fault()) return import_with_len(ep, rkey, len, rmr);
   return inner->import(ep, rkey, len, rmr);
 }
 
 static int f_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr) {
+  forget_import(rmr);
   return inner->unimport(ep, rmr);
 }
 
@@ -268,6 +357,57 @@ static int f_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max) {
   return n;
 }
 
+/* A descriptor part into `room` bytes; "descover" writes it whole even
+ * when it does not fit. */
+static int put_part(const void *part, size_t n, void *desc, size_t *room) {
+  if (*room < n) {
+    if (fault == F_DESCOVER) memcpy(desc, part, n);
+    env_of_fault->set_error("fault: a descriptor part of %zu bytes, %zu of "
+                            "room", n, *room);
+    return MEP_ERR_INVALID;
+  }
+  memcpy(desc, part, n);
+  *room = n;
+  return 0;
+}
+
+static int f_device_descriptor(mep_tp_ctx_t *ctx, int peer, void *desc,
+                               size_t *len) {
+  (void)ctx;
+  if (!desc_fault()) {
+    env_of_fault->set_error("fault: no device descriptors without a desc "
+                            "fault");
+    return MEP_ERR_UNSUPPORTED;
+  }
+  if (peer < 0 || peer >= env_of_fault->size || peer == my_rank) {
+    env_of_fault->set_error("fault: device descriptor of rank %d", peer);
+    return MEP_ERR_INVALID;
+  }
+  mep_dev_ptr_peer_t part = {
+      .hdr = {MEP_DEV_PTR, MEP_DEV_PTR_VERSION, sizeof part},
+      .device = -1,
+      .flags = 0,
+  };
+  if (fault == F_DESCSIZE) part.hdr.size += 8;
+  return put_part(&part, sizeof part, desc, len);
+}
+
+static int f_device_region(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
+                           size_t *len) {
+  (void)ep;
+  uint64_t n;
+  if (!desc_fault() || !imported_len(rmr, &n)) {
+    env_of_fault->set_error("fault: no device region part for this region");
+    return MEP_ERR_INVALID;
+  }
+  mep_dev_ptr_region_t part = {
+      .hdr = {MEP_DEV_PTR, MEP_DEV_PTR_VERSION, sizeof part},
+      .base = (uint64_t)(uintptr_t)rmr,
+      .len = n,
+  };
+  return put_part(&part, sizeof part, desc, len);
+}
+
 static int f_close(mep_tp_ep_t *ep) {
   if (fault == F_LATEFAIL)
     owe_status(MEP_TP_TOKEN_NONE, MEP_ERR_PEER_FAILED, 1 - my_rank);
@@ -301,7 +441,8 @@ MEP_API const mep_transport_t mep_transport_plugin_v1 = {
     .write = f_write,
     .signal = f_signal,
     .poll = f_poll,
-    .device_descriptor = NULL,
+    .device_descriptor = f_device_descriptor,
     .close = f_close,
     .fini = f_fini,
+    .device_region = f_device_region,
 };

@@ -33,10 +33,13 @@ run 2 'exactly one plugin' "$good" "$good"
 run 2 'no check named "nosuch"' --check nosuch "$good"
 run 2 '--timeout-ms wants a number' --timeout-ms abc "$good"
 run 2 'Try .mep-plugin-check --help' --no-such-option "$good"
+run 2 '--memory wants host, cuda or auto, not "gpu"' --memory gpu "$good"
+run 0 '^  -m, --memory KIND ' --help
 
 # --list names every check, one per line.
-for name in abi init-fini address reachable connect register write-sizes \
-    signal-order completions bounds dereg peer-killed reconnect; do
+for name in abi config-keys init-fini address reachable connect register \
+    write-sizes signal-order completions bounds dereg peer-killed reconnect \
+    descriptors; do
   run 0 "^$name " --list
 done
 
@@ -48,6 +51,14 @@ run 1 "cannot load $nosym: .*mep_transport_plugin_v1" "$nosym"
 # One check, and the summary's format.
 run 0 '^1 passed, 0 failed, 0 skipped$' --quick --check connect "$good"
 run 0 '^PASS connect$' --quick --check connect "$good"
+
+# The configuration keys, printed with -v.
+run 0 '^PASS config-keys$' --check config-keys "$good"
+run 0 '^  info:   sockets_per_peer: int, default "1"; ' -v --check config-keys "$good"
+# Memory the plugin does not carry is skipped, saying so.
+run 0 '^SKIP register: the transport does not handle CUDA memory \(mem_kinds 0x1\), which --memory asks for' \
+  --quick --memory cuda --check register "$good"
+run 0 '^PASS register$' --quick --memory host --check register "$good"
 
 # The benchmark's table: a latency row and a bandwidth row.
 run 0 '^latency +8 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$' \

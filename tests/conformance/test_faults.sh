@@ -50,6 +50,32 @@ check latefail reconnect 1 \
 check norecon reconnect 1 \
   '^FAIL reconnect: rank 0: connect to rank 1 failed after [0-9]+ ms: MEP_ERR_PEER_FAILED'
 
+# Descriptors (the fault plugin wraps a host-memory plugin, so the parts
+# are checked but no kernel dereferences them).
+check none descriptors 0 '^SKIP descriptors: the plugin declares no device descriptor kind'
+check desc descriptors 0 '^PASS descriptors$'
+check desc register 0 '^PASS register$'
+check descsize descriptors 1 \
+  "^FAIL descriptors: rank [01]: device_descriptor returned 16 bytes \(\*len\) but the part's header says its size is 24 bytes"
+check descover descriptors 1 \
+  '^FAIL descriptors: rank [01]: device_descriptor given room for 15 bytes \(its part is 16\) wrote byte 15'
+
+# A plugin of CUDA memory only: checks that register nothing run anyway;
+# the others register CUDA memory, or skip saying why where there is none
+# (a GPU machine gets CUDA memory, which the wrapped host plugin refuses).
+check cudaonly connect 0 '^PASS connect$'
+check cudaonly register 0 \
+  '^SKIP register: the transport does not handle host memory \(mem_kinds 0x2\), which --memory asks for' \
+  --memory host
+out=$(MEP_FAULT=cudaonly "$tool" --quick --check register "$fault" 2>&1)
+if printf '%s\n' "$out" | grep -q '^SKIP register: CUDA memory: '; then
+  check cudaonly register 0 \
+    '^SKIP register: CUDA memory: (this mep-plugin-check was built without CUDA|no CUDA device)'
+else
+  check cudaonly register 1 \
+    '^FAIL register: rank [01]: reg of [0-9]+ bytes of CUDA memory failed'
+fi
+
 # Only a build with LeakSanitizer sees a leak: then the rank that passed
 # must still be failed for its exit status.
 out=$(MEP_FAULT=leakmem "$tool" --quick --check abi "$fault" 2>&1)

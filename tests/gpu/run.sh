@@ -73,6 +73,8 @@ t() { # name, timeout, command... ($SKIP: names not to run)
 if want tests; then
   t devcoll 300 "$b/tests/gpu/devcoll_test"
   t nvlink-pair 120 "$b/tests/gpu/nvlink_pair" "$b/plugins/nvlink/libmep-transport-nvlink.so"
+  t plugin-check-nvlink 300 "$b/tools/plugin-check/mep-plugin-check" --quick "$b/plugins/nvlink/libmep-transport-nvlink.so"
+  t plugin-check-peermap 300 "$b/tools/plugin-check/mep-plugin-check" --quick "$b/plugins/nvlink/libmep-transport-peermap.so"
   t cuda-coll-staged-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path staged
   t cuda-coll-kernel-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --path kernel
   t cuda-graph-2ranks 120 "$b/tests/gpu/cuda_coll" -n 2 --path kernel --graph

@@ -127,8 +127,8 @@ void pc_bench(pc_worker_t *w) {
   pc_region_reg(&s, &b.small, 4096);
   pc_region_reg(&s, &b.big_src, big);
   pc_region_reg(&s, &b.big_dst, big);
-  pc_fill(b.big_src.buf, big, w->seed, 0);
-  pc_fill(b.small.buf, 4096, w->seed, 0);
+  pc_region_fill(&b.big_src, 0, big, w->seed, 0);
+  pc_region_fill(&b.small, 0, 4096, w->seed, 0);
   pc_region_share(&s, &b.ctl, &b.rctl);
   pc_region_share(&s, &b.small, &b.rsmall);
   pc_region_share(&s, &b.big_dst, &b.rbig);

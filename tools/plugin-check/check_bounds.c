@@ -76,8 +76,8 @@ void pc_check_bounds(pc_worker_t *w) {
   uint64_t data = pc_seed_for(w->seed, 0xda, (uint64_t)w->rank, 0);
   uint64_t peer_data = pc_seed_for(w->seed, 0xda, (uint64_t)s.peer, 0);
   uint64_t bg = pc_seed_for(w->seed, 0xbb, (uint64_t)w->rank, 0);
-  pc_fill(src.buf, src.len, data, 0);
-  pc_fill(dst.buf, dst.len, bg, 0);
+  pc_region_fill(&src, 0, src.len, data, 0);
+  pc_region_fill(&dst, 0, dst.len, bg, 0);
   pc_region_share(&s, &dst, &rdst);
   pc_region_share(&s, &ctl, &rctl);
 
@@ -88,15 +88,17 @@ void pc_check_bounds(pc_worker_t *w) {
   pc_signal(&s, &rctl, PC_CTL_LEN - 8, 1, MEP_SIGNAL_ADD);
   pc_wait_word(&s, &ctl, PC_CTL_LEN - 8, 1,
                "the signal at the last word of the region");
-  pc_expect(dst.buf, PC_BLEN - 1, bg, 0,
-            "the peer's region after refused out-of-bounds writes");
-  pc_expect(dst.buf + PC_BLEN - 1, 1, peer_data, PC_BLEN - 1,
-            "the last byte of the region, written at its exact end");
-  for (size_t off = 0; off < PC_CTL_LEN - 8; off++)
-    if (ctl.buf[off] != 0)
+  pc_region_expect(&dst, 0, PC_BLEN - 1, bg, 0,
+                   "the peer's region after refused out-of-bounds writes");
+  pc_region_expect(&dst, PC_BLEN - 1, 1, peer_data, PC_BLEN - 1,
+                   "the last byte of the region, written at its exact end");
+  unsigned char words[PC_CTL_LEN - 8];
+  pc_region_read(&ctl, 0, words, sizeof words);
+  for (size_t off = 0; off < sizeof words; off++)
+    if (words[off] != 0)
       pc_fail("byte %zu of the signal region changed to 0x%02x after "
               "refused out-of-bounds signals",
-              off, ctl.buf[off]);
+              off, words[off]);
   pc_wait_all(&s, "the write at the end of the region");
   pc_link_barrier(1, "the barrier after the edge checks");
 
@@ -105,8 +107,8 @@ void pc_check_bounds(pc_worker_t *w) {
   pc_signal(&s, &rctl, PC_CTL_LEN - 8, 1, MEP_SIGNAL_ADD);
   pc_wait_word(&s, &ctl, PC_CTL_LEN - 8, 2,
                "the signal after a write of the whole region");
-  pc_expect(dst.buf, PC_BLEN, peer_data, 0,
-            "a write of the whole region after the refused ones");
+  pc_region_expect(&dst, 0, PC_BLEN, peer_data, 0,
+                   "a write of the whole region after the refused ones");
   pc_wait_all(&s, "the write of the whole region");
 
   pc_link_barrier(1, "the barrier before dereg");

@@ -62,7 +62,7 @@ void pc_check_completions(pc_worker_t *w) {
 
   for (uint64_t k = 0; k < PC_NWRITES; k++) {
     cw_t x = write_of(w, w->rank, k);
-    pc_fill(src.buf + x.off, x.len, x.seed, 0);
+    pc_region_fill(&src, x.off, x.len, x.seed, 0);
   }
   /* All issued before any poll: they are in flight together. */
   for (uint64_t k = 0; k < PC_NWRITES; k++) {
@@ -87,8 +87,9 @@ void pc_check_completions(pc_worker_t *w) {
     snprintf(what, sizeof what, "write %llu of %d (%llu bytes at offset %llu)",
              (unsigned long long)k, PC_NWRITES, (unsigned long long)x.len,
              (unsigned long long)x.off);
-    pc_expect(dst.buf + x.off, x.len, x.seed, 0, what);
-    if (x.len == 0 && (dst.buf[x.off] != 0 || dst.buf[x.off + 1] != 0))
+    pc_region_expect(&dst, x.off, x.len, x.seed, 0, what);
+    if (x.len == 0 && (pc_region_byte(&dst, x.off) != 0 ||
+                       pc_region_byte(&dst, x.off + 1) != 0))
       pc_fail("a zero-length write at offset %llu changed the bytes there",
               (unsigned long long)x.off);
   }

@@ -86,11 +86,11 @@ static void exchange(rc_state_t *t, int round, const char *when) {
   pc_sess_t *s = &t->s;
   int me = t->w->rank, peer = s->peer;
   uint64_t bg = background(t, round);
-  pc_fill(t->dst.buf + PC_DATA0, t->dst.len - PC_DATA0, bg, PC_DATA0);
+  pc_region_fill(&t->dst, PC_DATA0, t->dst.len - PC_DATA0, bg, PC_DATA0);
   pc_link_barrier(1, "the barrier before a round of writes");
   for (size_t i = 0; i < t->n_sizes; i++) {
     place_t p = place(t, round, me, i);
-    pc_fill(t->src.buf + p.off, p.len, p.seed, 0);
+    pc_region_fill(&t->src, p.off, p.len, p.seed, 0);
     pc_write(s, &t->src, p.off, &t->rdst, p.off, p.len);
     pc_signal(s, &t->rdst, 8 * (uint64_t)round, 1, MEP_SIGNAL_ADD);
   }
@@ -107,13 +107,13 @@ static void exchange(rc_state_t *t, int round, const char *when) {
     place_t p = place(t, round, peer, i);
     snprintf(what, sizeof what, "a write of %llu bytes from rank %d %s",
              (unsigned long long)p.len, peer, when);
-    pc_expect(t->dst.buf + at, p.off - at, bg, at,
-              "the bytes before a write (a write landed elsewhere)");
-    pc_expect(t->dst.buf + p.off, p.len, p.seed, 0, what);
+    pc_region_expect(&t->dst, at, p.off - at, bg, at,
+                     "the bytes before a write (a write landed elsewhere)");
+    pc_region_expect(&t->dst, p.off, p.len, p.seed, 0, what);
     at = p.off + p.len;
   }
-  pc_expect(t->dst.buf + at, t->dst.len - at, bg, at,
-            "the bytes after the writes (a write landed elsewhere)");
+  pc_region_expect(&t->dst, at, t->dst.len - at, bg, at,
+                   "the bytes after the writes (a write landed elsewhere)");
   pc_link_barrier(1, "the barrier after a round of writes");
 }
 

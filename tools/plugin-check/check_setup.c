@@ -64,6 +64,26 @@ static void check_vtable(const pc_worker_t *w) {
 
 static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
+/* A device kind needs both descriptor parts, in a vtable of ABI 1.3 or
+ * later (a 1.3 core reads device_region, not map). With MEP_DEV_NONE the
+ * functions are never called, so they may be there: a plugin whose kind
+ * depends on the machine keeps them and says NONE where it has none. */
+static void check_dev_kind(const mep_transport_t *tp, mep_dev_kind_t kind) {
+  if ((int)kind < MEP_DEV_NONE || (int)kind > MEP_DEV_PROXY)
+    pc_fail("props: dev_kind is %d, not a mep_dev_kind_t", (int)kind);
+  if (kind == MEP_DEV_NONE) return;
+  if (!tp->device_descriptor)
+    pc_fail("props: dev_kind is %d but device_descriptor is NULL",
+            (int)kind);
+  if (!PC_VT_HAS(tp, device_region))
+    pc_fail("props: dev_kind is %d but the vtable (struct_size %u, ABI "
+            "%u.%u) ends before device_region (ABI 1.3): a core of ABI 1.3 "
+            "cannot give its kernels the plugin's regions",
+            (int)kind, tp->struct_size, tp->abi_major, tp->abi_minor);
+  if (!tp->device_region)
+    pc_fail("props: dev_kind is %d but device_region is NULL", (int)kind);
+}
+
 static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
   mep_tp_props_t p;
   /* Poisoned, so that a field props() leaves unset shows as insane. */
@@ -78,11 +98,7 @@ static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
     pc_fail("props: mem_kinds is 0x%x; want a non-empty set of "
             "MEP_TP_MEM_HOST|MEP_TP_MEM_CUDA",
             p.mem_kinds);
-  if ((int)p.dev_kind < MEP_DEV_NONE || (int)p.dev_kind > MEP_DEV_PROXY)
-    pc_fail("props: dev_kind is %d, not a mep_dev_kind_t", (int)p.dev_kind);
-  if (p.dev_kind != MEP_DEV_NONE && !w->tp->device_descriptor)
-    pc_fail("props: dev_kind is %d but device_descriptor is NULL",
-            (int)p.dev_kind);
+  check_dev_kind(w->tp, p.dev_kind);
   if (p.atomics != 0 && p.atomics != 1)
     pc_fail("props: atomics is %d; want 0 or 1", p.atomics);
   if (!isfinite(p.latency_us) || p.latency_us < 0)

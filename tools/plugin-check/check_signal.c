@@ -44,7 +44,7 @@ static round_t round_of(const so_t *t, int from, uint64_t r) {
 
 static void send_round(so_t *t, uint64_t r) {
   round_t x = round_of(t, t->w->rank, r);
-  pc_fill(t->src.buf + x.off, x.len, x.seed, 0);
+  pc_region_fill(&t->src, x.off, x.len, x.seed, 0);
   pc_write(t->s, &t->src, x.off, &t->rdst, x.off, x.len);
   pc_signal(t->s, &t->rctl, PC_WORD_ORDER, r, MEP_SIGNAL_SET);
 }
@@ -66,7 +66,7 @@ static void check_rounds(so_t *t, uint64_t seen, uint64_t v) {
              "%llu was seen (the signal overtook its write)",
              (unsigned long long)x.len, (unsigned long long)k,
              (unsigned long long)v);
-    pc_expect(t->dst.buf + x.off, x.len, x.seed, 0, what);
+    pc_region_expect(&t->dst, x.off, x.len, x.seed, 0, what);
   }
 }
 

@@ -73,7 +73,7 @@ static wparams_t params(const ws_t *t, int pass, int from, size_t i) {
 
 static void send_one(ws_t *t, int pass, size_t i) {
   wparams_t p = params(t, pass, t->w->rank, i);
-  pc_fill(t->src.buf + p.loff, p.len, p.seed, 0);
+  pc_region_fill(&t->src, p.loff, p.len, p.seed, 0);
   pc_write(t->s, &t->src, p.loff, &t->rdst, p.roff, p.len);
   pc_signal(t->s, &t->rctl, 0, 1, MEP_SIGNAL_ADD);
 }
@@ -94,19 +94,19 @@ static void recv_one(ws_t *t, int pass, size_t i) {
     pc_fail("the signal word reads %llu after %llu ADDs of 1 (a signal "
             "applied twice?) after %s",
             (unsigned long long)v, (unsigned long long)t->received, what);
-  pc_expect(t->dst.buf + p.roff, p.len, p.seed, 0, what);
+  pc_region_expect(&t->dst, p.roff, p.len, p.seed, 0, what);
 
   char around[320];
   snprintf(around, sizeof around, "the %u bytes before %s", (unsigned)p.roff,
            what);
-  pc_expect(t->dst.buf, p.roff, t->bg, 0, around);
+  pc_region_expect(&t->dst, 0, p.roff, t->bg, 0, around);
   uint64_t end = p.roff + p.len;
   uint64_t after = t->dst.len - end < PC_GUARD ? t->dst.len - end : PC_GUARD;
   snprintf(around, sizeof around, "the %llu bytes after %s",
            (unsigned long long)after, what);
-  pc_expect(t->dst.buf + end, after, t->bg, end, around);
+  pc_region_expect(&t->dst, end, after, t->bg, end, around);
   /* Back to the background, so that every step starts alike. */
-  pc_fill(t->dst.buf + p.roff, p.len, t->bg, p.roff);
+  pc_region_fill(&t->dst, p.roff, p.len, t->bg, p.roff);
 }
 
 static void run_pass(ws_t *t, int pass) {
@@ -132,7 +132,7 @@ void pc_check_write_sizes(pc_worker_t *w) {
   pc_region_reg(&s, &t.src, max + PC_OFF_MAX);
   pc_region_reg(&s, &t.dst, max + PC_OFF_MAX + PC_GUARD);
   pc_region_reg(&s, &t.ctl, PC_CTL_LEN);
-  pc_fill(t.dst.buf, t.dst.len, t.bg, 0);
+  pc_region_fill(&t.dst, 0, t.dst.len, t.bg, 0);
   pc_region_share(&s, &t.dst, &t.rdst);
   pc_region_share(&s, &t.ctl, &t.rctl);
 
@@ -142,8 +142,9 @@ void pc_check_write_sizes(pc_worker_t *w) {
   pc_info("rank %d: %zu sizes up to %llu bytes, two passes, in %.1f ms",
           w->rank, t.n_sizes, (unsigned long long)max,
           (double)(pc_now_ns() - t0) / 1e6);
-  pc_expect(t.dst.buf, t.dst.len, t.bg, 0,
-            "the receive region after all writes (a write landed elsewhere)");
+  pc_region_expect(&t.dst, 0, t.dst.len, t.bg, 0,
+                   "the receive region after all writes (a write landed "
+                   "elsewhere)");
 
   pc_link_barrier(1, "the barrier before dereg");
   pc_remote_release(&s, &t.rdst);

@@ -4,13 +4,22 @@
 #ifndef PC_CHECKS_H
 #define PC_CHECKS_H
 
+#include <stddef.h>
+
 #include "worker.h"
+
+/* 1 when the plugin's vtable is long enough to hold `field` (fields
+ * appended by later ABI minors). */
+#define PC_VT_HAS(tp, field)                                            \
+  ((tp)->struct_size >=                                                 \
+   offsetof(mep_transport_t, field) + sizeof((tp)->field))
 
 typedef struct pc_check {
   const char *name;
   const char *what; /* one line, for --list */
   int nranks;       /* 1: rank 0 alone; 2: ranks 0 and 1 */
   int kills_peer;   /* rank 0 SIGKILLs rank 1 on purpose */
+  int registers;    /* registers memory (see pc_worker_t.registers) */
   void (*run)(pc_worker_t *w);
 } pc_check_t;
 
@@ -32,6 +41,8 @@ void pc_check_bounds(pc_worker_t *w);
 void pc_check_dereg(pc_worker_t *w);
 void pc_check_peer_killed(pc_worker_t *w);
 void pc_check_reconnect(pc_worker_t *w);
+void pc_check_descriptors(pc_worker_t *w);
+void pc_check_config_keys(pc_worker_t *w);
 
 /* The benchmark, run as a two-rank "check" that emits table lines. */
 void pc_bench(pc_worker_t *w);

@@ -17,6 +17,12 @@
 
 #define PROG "mep-plugin-check"
 
+#ifdef MEP_PC_HAVE_CUDA
+#define PC_CUDA_BUILT 1
+#else
+#define PC_CUDA_BUILT 0
+#endif
+
 static void usage(FILE *f) {
   fprintf(f,
           "Usage: " PROG " [options] PLUGIN.so\n"
@@ -34,7 +40,16 @@ static void usage(FILE *f) {
           "  -t, --timeout-ms N  deadline of every wait, and the plugin's\n"
           "                      env->timeout_ms (default 10000)\n"
           "  -q, --quick         cap transfer sizes at 4 MiB (slow machines)\n"
-          "  -v, --verbose       details of each check\n"
+          "  -v, --verbose       details of each check, and the plugin's\n"
+          "                      configuration keys\n"
+          "  -m, --memory KIND   what the regions the suite registers are\n"
+          "                      made of: host, cuda (on the current GPU), or\n"
+          "                      auto (the default): host memory where the\n"
+          "                      plugin carries it (props.mem_kinds), else\n"
+          "                      CUDA memory. A check needing memory the\n"
+          "                      plugin does not carry, or CUDA memory where\n"
+          "                      this program was built without CUDA or no\n"
+          "                      GPU is found, is skipped, saying so\n"
           "      --seed N        the random seed (default: new each run)\n"
           "  -b, --bench         run the micro-benchmark instead of the suite:\n"
           "                      8-byte ping-pong latency and 64 MiB write\n"
@@ -47,7 +62,10 @@ static void usage(FILE *f) {
           "                      powers of 4\n"
           "\n"
           "The plugin's config section comes from $MEP_CONFIG and\n"
-          "MEP_<NAME>_<KEY> variables, as in any mep program.\n");
+          "MEP_<NAME>_<KEY> variables, as in any mep program. Both ranks use\n"
+          "the current GPU (CUDA_VISIBLE_DEVICES picks it): two processes on\n"
+          "one GPU, as CUDA IPC allows. This build %s CUDA.\n",
+          PC_CUDA_BUILT ? "has" : "was made without");
 }
 
 static int parse_int(const char *opt, const char *s, long lo, long hi,
@@ -74,6 +92,23 @@ typedef struct cli {
 
 enum { OPT_SEED = 256, OPT_ITERS, OPT_ITERS_BW, OPT_SWEEP };
 
+static int parse_memory(const char *s, pc_memory_opt_t *out) {
+  static const struct {
+    const char *name;
+    pc_memory_opt_t opt;
+  } kinds[] = {{"auto", PC_MEMORY_AUTO},
+               {"host", PC_MEMORY_HOST},
+               {"cuda", PC_MEMORY_CUDA}};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    if (strcmp(s, kinds[i].name) == 0) {
+      *out = kinds[i].opt;
+      return 0;
+    }
+  fprintf(stderr, PROG ": --memory wants host, cuda or auto, not \"%s\"\n",
+          s);
+  return -1;
+}
+
 /* Returns -1 on bad usage, 1 when done (help), 0 to go on. */
 static int parse_args(int argc, char **argv, cli_t *c) {
   static const struct option longopts[] = {
@@ -83,6 +118,7 @@ static int parse_args(int argc, char **argv, cli_t *c) {
       {"timeout-ms", required_argument, NULL, 't'},
       {"quick", no_argument, NULL, 'q'},
       {"verbose", no_argument, NULL, 'v'},
+      {"memory", required_argument, NULL, 'm'},
       {"bench", no_argument, NULL, 'b'},
       {"seed", required_argument, NULL, OPT_SEED},
       {"iters", required_argument, NULL, OPT_ITERS},
@@ -92,7 +128,7 @@ static int parse_args(int argc, char **argv, cli_t *c) {
   };
   long v;
   int o;
-  while ((o = getopt_long(argc, argv, "hlc:t:qvb", longopts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "hlc:t:qvm:b", longopts, NULL)) != -1) {
     switch (o) {
     case 'h':
       usage(stdout);
@@ -120,6 +156,9 @@ static int parse_args(int argc, char **argv, cli_t *c) {
       break;
     case 'v':
       c->opts.verbose = 1;
+      break;
+    case 'm':
+      if (parse_memory(optarg, &c->opts.memory)) return -1;
       break;
     case 'b':
       c->bench = 1;
@@ -209,7 +248,7 @@ static int run_suite(const pc_suite_t *su, const cli_t *c) {
   for (int i = 0; i < pc_n_checks; i++) {
     const pc_check_t *k = &pc_checks[i];
     if (c->any_selected && !c->selected[i]) continue;
-    pc_job_t job = {k->name, k->nranks, k->kills_peer, k->run,
+    pc_job_t job = {k->name, k->nranks, k->kills_peer, k->registers, k->run,
                     budget_ms(&c->opts, 0),
                     c->opts.seed ^ ((uint64_t)(i + 1) << 56)};
     int64_t t0 = pc_now_ms();
@@ -234,7 +273,7 @@ static int run_suite(const pc_suite_t *su, const cli_t *c) {
 }
 
 static int run_bench(const pc_suite_t *su, const cli_t *c) {
-  pc_job_t job = {"bench", 2, 0, pc_bench, budget_ms(&c->opts, 1),
+  pc_job_t job = {"bench", 2, 0, 1, pc_bench, budget_ms(&c->opts, 1),
                   c->opts.seed};
   char msg[2048];
   pc_status_t st = pc_supervise(su, &job, msg, sizeof msg);
@@ -283,11 +322,14 @@ int main(int argc, char **argv) {
 
   const mep_transport_t *tp = su.tp;
   printf("# " PROG ": %s %s (ABI %u.%u) from %s; seed 0x%llx; timeout %d "
-         "ms%s\n",
+         "ms%s%s\n",
          tp->name ? tp->name : "(no name)",
          tp->version ? tp->version : "(no version)", tp->abi_major,
          tp->abi_minor, c.path, (unsigned long long)c.opts.seed,
-         c.opts.timeout_ms, c.opts.quick ? "; quick" : "");
+         c.opts.timeout_ms, c.opts.quick ? "; quick" : "",
+         c.opts.memory == PC_MEMORY_HOST   ? "; host memory"
+         : c.opts.memory == PC_MEMORY_CUDA ? "; CUDA memory"
+                                           : "");
   fflush(stdout);
   r = c.bench ? run_bench(&su, &c) : run_suite(&su, &c);
   mep_config_free(cfg);

@@ -34,6 +34,12 @@ int pc_diff(const void *buf, size_t len, uint64_t seed, uint64_t start,
 void pc_expect(const void *buf, size_t len, uint64_t seed, uint64_t start,
                const char *what);
 
+/* pc_expect for a part of a larger range: buf[0..len) holds bytes at..
+ * at+len of `total`, and the stream starts at `start` for byte `at`; the
+ * message counts bytes from the start of the whole range. */
+void pc_expect_part(const void *buf, size_t len, size_t at, size_t total,
+                    uint64_t seed, uint64_t start, const char *what);
+
 /* A seed for one purpose, derived from the check's seed and small ids. */
 uint64_t pc_seed_for(uint64_t base, uint64_t a, uint64_t b, uint64_t c);
 

@@ -8,7 +8,6 @@
 #include "link.h"
 
 #define PC_POLL_MAX 64
-#define PC_CANARY 0xa5
 
 static void *xrealloc(void *p, size_t n) {
   void *q = realloc(p, n);
@@ -47,10 +46,17 @@ void pc_sess_init(pc_sess_t *s, pc_worker_t *w) {
   rc = s->tp->props(s->ctx, &s->props);
   pc_call_end();
   if (rc != 0) pc_fail("props failed: %s", pc_err(rc));
-  if (!(s->props.mem_kinds & MEP_TP_MEM_HOST))
-    pc_skip("the transport does not handle host memory (mem_kinds 0x%x); "
-            "the suite moves host memory only",
-            s->props.mem_kinds);
+  /* A check that registers nothing runs whatever memory there is. */
+  s->mem = pc_mem_pick(w->opts->memory, s->props.mem_kinds);
+  if (w->registers) pc_mem_require(s->mem, s->props.mem_kinds);
+}
+
+int pc_sess_maps_peer(const pc_sess_t *s) {
+  return s->props.dev_kind == MEP_DEV_PTR;
+}
+
+int pc_sess_never_route(const pc_sess_t *s) {
+  return !(s->props.mem_kinds & MEP_TP_MEM_HOST);
 }
 
 /* The address blob, checked for size and for writes past the room given. */
@@ -251,84 +257,6 @@ void pc_relax(const pc_sess_t *s, int progressed) {
   if (!s->spin && !progressed) sched_yield();
 }
 
-/* ---------------------------------------------------------------- regions */
-
-void pc_region_reg(pc_sess_t *s, pc_region_t *r, size_t len) {
-  memset(r, 0, sizeof *r);
-  /* Exactly len bytes, so that ASan catches a plugin touching more. */
-  void *p = NULL;
-  if (posix_memalign(&p, 4096, len ? len : 1) != 0)
-    pc_fail("out of memory for a region of %zu bytes", len);
-  memset(p, 0, len);
-  r->buf = p;
-  r->len = len;
-  unsigned char rkey[MEP_TP_MAX_RKEY + 64];
-  memset(rkey, PC_CANARY, sizeof rkey);
-  size_t rkey_len = MEP_TP_MAX_RKEY;
-  pc_call_begin("reg");
-  int rc = s->tp->reg(s->ctx, r->buf, len, MEP_MEM_HOST, &r->mr, rkey,
-                      &rkey_len);
-  pc_call_end();
-  if (rc != 0)
-    pc_fail("reg of %zu bytes of host memory failed: %s", len, pc_err(rc));
-  if (rkey_len > MEP_TP_MAX_RKEY)
-    pc_fail("reg returned an rkey of %zu bytes, more than MEP_TP_MAX_RKEY "
-            "(%d)",
-            rkey_len, MEP_TP_MAX_RKEY);
-  for (size_t i = MEP_TP_MAX_RKEY; i < sizeof rkey; i++)
-    if (rkey[i] != PC_CANARY)
-      pc_fail("reg wrote past the %d rkey bytes it was given (byte %zu)",
-              MEP_TP_MAX_RKEY, i);
-  memcpy(r->rkey, rkey, rkey_len);
-  r->rkey_len = rkey_len;
-}
-
-void pc_region_dereg(pc_sess_t *s, pc_region_t *r) {
-  pc_call_begin("dereg");
-  int rc = s->tp->dereg(s->ctx, r->mr);
-  pc_call_end();
-  if (rc != 0)
-    pc_fail("dereg of a region of %zu bytes failed: %s", r->len, pc_err(rc));
-  free(r->buf);
-  r->buf = NULL;
-}
-
-void pc_region_send(const pc_region_t *r) {
-  unsigned char msg[8 + MEP_TP_MAX_RKEY];
-  uint64_t len = r->len;
-  memcpy(msg, &len, 8);
-  memcpy(msg + 8, r->rkey, r->rkey_len);
-  pc_link_send(PC_TAG_RKEY, msg, 8 + r->rkey_len);
-}
-
-void pc_region_import(pc_sess_t *s, pc_remote_t *rm) {
-  unsigned char msg[8 + MEP_TP_MAX_RKEY];
-  size_t n = pc_link_recv(PC_TAG_RKEY, msg, sizeof msg, "an rkey blob");
-  if (n < 8) pc_fail("internal: short rkey message from rank %d", s->peer);
-  memset(rm, 0, sizeof *rm);
-  memcpy(&rm->len, msg, 8);
-  pc_call_begin("import");
-  int rc = s->tp->import(s->ep, msg + 8, n - 8, &rm->rmr);
-  pc_call_end();
-  if (rc != 0)
-    pc_fail("import of rank %d's region of %llu bytes (rkey of %zu bytes) "
-            "failed: %s",
-            s->peer, (unsigned long long)rm->len, n - 8, pc_err(rc));
-}
-
-void pc_region_share(pc_sess_t *s, const pc_region_t *mine,
-                     pc_remote_t *theirs) {
-  pc_region_send(mine);
-  pc_region_import(s, theirs);
-}
-
-void pc_remote_release(pc_sess_t *s, pc_remote_t *rm) {
-  pc_call_begin("unimport");
-  int rc = s->tp->unimport(s->ep, rm->rmr);
-  pc_call_end();
-  if (rc != 0) pc_fail("unimport failed: %s", pc_err(rc));
-}
-
 /* ------------------------------------------------------- writes, signals */
 
 int pc_try_write(pc_sess_t *s, const pc_region_t *src, uint64_t loff,
@@ -379,11 +307,6 @@ void pc_signal(pc_sess_t *s, const pc_remote_t *dst, uint64_t roff,
 }
 
 /* ------------------------------------------------------------------ waits */
-
-uint64_t pc_word(const pc_region_t *r, size_t off) {
-  const uint64_t *p = (const uint64_t *)(const void *)(r->buf + off);
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
 
 uint64_t pc_wait_word(pc_sess_t *s, const pc_region_t *r, size_t off,
                       uint64_t target, const char *what) {

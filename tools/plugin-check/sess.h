@@ -8,7 +8,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mem.h"
 #include "worker.h"
+
+/* Poison for bytes a plugin must not write. */
+#define PC_CANARY 0xa5
 
 typedef struct pc_compl {
   uint64_t token;
@@ -39,12 +43,15 @@ typedef struct pc_sess {
   int allow_failures;
   uint64_t n_completed; /* successful token completions so far */
   uint64_t next_token;
-  int spin; /* bench: never yield the CPU while waiting */
+  int spin;     /* bench: never yield the CPU while waiting */
+  pc_mem_t mem; /* what its regions are made of (pc_mem_pick) */
 } pc_sess_t;
 
-/* A local registration. */
+/* A local registration. Its bytes are host or CUDA memory: the checks
+ * reach them through pc_region_fill/expect/read, never through ptr. */
 typedef struct pc_region {
-  unsigned char *buf;
+  pc_mem_t mem;
+  void *ptr;
   size_t len;
   mep_tp_mr_t *mr;
   unsigned char rkey[MEP_TP_MAX_RKEY];
@@ -57,8 +64,8 @@ typedef struct pc_remote {
   uint64_t len;
 } pc_remote_t;
 
-/* init + props only (no peer). SKIPs the check when init says
- * MEP_ERR_UNAVAILABLE. */
+/* init + props only (no peer), and the memory its regions will be made
+ * of. SKIPs the check when init says MEP_ERR_UNAVAILABLE. */
 void pc_sess_init(pc_sess_t *s, pc_worker_t *w);
 /* The steps of pc_sess_connect: the own address blob (size and overrun
  * checked), the exchange of blobs with the peer, and reachable on both
@@ -70,6 +77,16 @@ void pc_sess_reachable(pc_sess_t *s);
 void pc_sess_connect(pc_sess_t *s);
 /* pc_sess_init + pc_sess_connect, then a barrier. */
 void pc_sess_open(pc_sess_t *s, pc_worker_t *w);
+/* What the plugin's props make of some checks. */
+/* 1 when it maps the peer's memory into this process (MEP_DEV_PTR): the
+ * owner of a region cannot take such a mapping back, so a write through
+ * it lands, in place, until the importer unimports. */
+int pc_sess_maps_peer(const pc_sess_t *s);
+/* 1 when it carries no host memory: the core never makes it a peer's
+ * route (its own traffic is host memory) and learns of a dead peer from
+ * the route's transport, not from this one. */
+int pc_sess_never_route(const pc_sess_t *s);
+
 /* Barriers (one polling, one not), close, fini; every return checked. */
 void pc_sess_close(pc_sess_t *s);
 /* close (twice when twice != 0) and fini without talking to the peer. */
@@ -81,9 +98,23 @@ void pc_sess_fini(pc_sess_t *s);
 int pc_progress_max(pc_sess_t *s, int max);
 int pc_progress(pc_sess_t *s);
 
-/* Registers a zeroed, page-aligned buffer of len bytes (host memory). */
+/* Registers len zeroed bytes of the session's memory (SKIPs the check
+ * when that memory cannot be had here, see pc_mem_require). */
 void pc_region_reg(pc_sess_t *s, pc_region_t *r, size_t len);
+/* dereg, then pc_region_free. */
 void pc_region_dereg(pc_sess_t *s, pc_region_t *r);
+/* Frees the memory of a region (already deregistered, or never was). */
+void pc_region_free(pc_region_t *r);
+
+/* The bytes [off, off+len) of a region: pc_fill and pc_expect
+ * (pattern.h) on them, and a copy of them to host memory. */
+void pc_region_fill(const pc_region_t *r, size_t off, size_t len,
+                    uint64_t seed, uint64_t start);
+void pc_region_expect(const pc_region_t *r, size_t off, size_t len,
+                      uint64_t seed, uint64_t start, const char *what);
+void pc_region_read(const pc_region_t *r, size_t off, void *dst,
+                    size_t len);
+unsigned char pc_region_byte(const pc_region_t *r, size_t off);
 /* Sends the rkey and length to the peer / receives and imports one. */
 void pc_region_send(const pc_region_t *r);
 void pc_region_import(pc_sess_t *s, pc_remote_t *rm);

@@ -56,6 +56,7 @@ static _Noreturn void run_child(const pc_suite_t *su, const pc_job_t *job,
       .secret_len = sizeof su->secret,
       .seed = job->seed,
       .check = job->name,
+      .registers = job->registers,
       .shared = shared,
   };
   pc_worker_start(&w, job->budget_ms);

@@ -24,6 +24,7 @@ typedef struct pc_job {
   const char *name;
   int nranks;
   int kills_peer; /* rank 1 dying of SIGKILL is part of the check */
+  int registers;  /* pc_worker_t.registers */
   void (*run)(pc_worker_t *w);
   int budget_ms; /* the whole check, in each rank */
   uint64_t seed;

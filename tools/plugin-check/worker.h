@@ -9,10 +9,18 @@
 
 #include "mep/transport.h"
 
+/* --memory: what the regions of the suite are made of. */
+typedef enum pc_memory_opt {
+  PC_MEMORY_AUTO, /* host memory where the plugin carries it, else CUDA */
+  PC_MEMORY_HOST,
+  PC_MEMORY_CUDA,
+} pc_memory_opt_t;
+
 typedef struct pc_opts {
   int timeout_ms; /* every wait's deadline, and env->timeout_ms */
   int quick;      /* cap transfer sizes at PC_QUICK_CAP */
   int verbose;
+  pc_memory_opt_t memory;
   int iters;    /* bench: latency round trips */
   int iters_bw; /* bench: 64 MiB writes per bandwidth point */
   int sweep;    /* bench: bandwidth from 4 KiB to 64 MiB */
@@ -42,6 +50,10 @@ typedef struct pc_worker {
   size_t secret_len;
   uint64_t seed; /* the check's seed, the same in both ranks */
   const char *check;
+  /* The check registers memory: a session learns before it connects
+   * whether that memory can be had, so that both ranks skip alike rather
+   * than one seeing the other leave mid-check. */
+  int registers;
   pc_shared_rank_t *shared;
 } pc_worker_t;
 
