@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
     for (int s = 0; s < R; s++) {
       int64_t v = __ldcg(lr + s);
-      int n = (int)(v >> 32), begin = (int)(uint32_t)v;
+      int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
       if (n <= 0) continue;
       /* the (row, chunk) items of the whole expert go round-robin over
        * its warps */
