@@ -485,10 +485,10 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
                : mep__err(MEP_ERR_NOMEM, "out of memory");
   if (rc == MEP_OK) rc = join ? mep__comm_join(comm) : build(comm);
   if (rc) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep__errsave_t why;
+    mep__err_save(&why);
     mep_comm_destroy(comm);
-    return mep__err(rc, "%s", msg);
+    return mep__err_restore(&why, rc);
   }
   *out = comm;
   return MEP_OK;

@@ -173,10 +173,10 @@ int mep__req_start(mep_req_t *r, mep_req_t **out) {
   while (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE &&
          mep__now_ms() < cap);
   if (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep__errsave_t why;
+    mep__err_save(&why);
     mep_req_free(r); /* finishes in the background */
-    return mep__err(rc, "%s", msg);
+    return mep__err_restore(&why, rc);
   }
   mep_req_free(r);
   return rc;
