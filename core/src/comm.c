@@ -24,31 +24,6 @@
 #define DEFAULT_TRANSPORTS "nvlink,ibgda,verbs,tcp"
 #define MAX_TRANSPORTS 32
 
-uint64_t mep__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms) {
-  return timeout_ms < 0 ? comm->timeout_ms : timeout_ms;
-}
-
-void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
-                         const char *why) {
-  if (peer < 0 || peer >= comm->max_size) return;
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&comm->peers[peer].failed, &expected,
-                                      code))
-    return;
-  if (code == MEP_ERR_CLOSED) /* it destroyed its communicator: no fault */
-    mep__info("rank %d closed its communicator (%s)", peer,
-              why ? why : "reported by its transport");
-  else
-    mep__warn("rank %d failed: %s (%s)", peer, mep_strerror(code),
-              why ? why : "reported by its transport");
-}
-
 /* ------------------------------------------------------------- store keys */
 
 static char *key(const mep_comm_t *comm, const char *fmt, int a, int b) {

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "mep/mep.h"
 #include "mep/transport.h"
 #include "route.h"
@@ -78,7 +79,8 @@ struct mep_comm {
   struct mep__cuda *cuda; /* CUDA collectives (cuda_*.c), NULL until used */
 };
 
-/* Marks `peer` failed with `code` (first failure wins) and logs it once. */
+/* Marks `peer` failed with `code` (first failure wins) and logs it once
+ * (peer.c). */
 void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
                          const char *why);
 
@@ -92,9 +94,11 @@ int mep__comm_connect_peer(mep_comm_t *comm, int p,
 int mep__comm_secret_and_card(mep_comm_t *comm);
 int mep__comm_join(mep_comm_t *comm);
 
-/* Deadline helpers: milliseconds on CLOCK_MONOTONIC. */
-uint64_t mep__now_ms(void);
-int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms);
+/* A timeout argument: negative means the communicator's. */
+static inline int mep__timeout_or_default(const mep_comm_t *comm,
+                                          int timeout_ms) {
+  return timeout_ms < 0 ? comm->timeout_ms : timeout_ms;
+}
 
 /* The progress engine (progress.c): one thread per communicator that
  * polls every used transport and accounts completions. Waiters announce
@@ -105,12 +109,6 @@ void mep__progress_waiter_enter(mep_comm_t *comm);
 void mep__progress_waiter_leave(mep_comm_t *comm);
 /* Wakes the thread if it sleeps (work was submitted). */
 void mep__progress_kick(mep_comm_t *comm);
-/* Adaptive backoff for loops that wait on memory: spin, then yield, then
- * sleep in growing steps up to a small bound. */
-typedef struct mep__backoff {
-  unsigned rounds;
-} mep__backoff_t;
-void mep__backoff(mep__backoff_t *b);
 
 /* A thread waiting for something first makes progress itself for a short
  * while (small messages then finish without any thread hand-off), keeping
@@ -130,6 +128,5 @@ typedef struct mep__waiter {
 void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm);
 int mep__wait_step(mep__waiter_t *w);
 void mep__wait_end(mep__waiter_t *w);
-
 
 #endif

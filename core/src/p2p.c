@@ -256,7 +256,7 @@ static int advance(mep_req_t *req) {
   }
   if (!op->admitted) admit(comm, op);
   if (op->done) return 1;
-  if (mep__now_ms() < op->deadline_ms) return 0;
+  if (!mep__passed(op->deadline_ms)) return 0;
   if (!op->probed) {
     /* Probe the peer before blaming it: one that does not answer is
      * dropped, and the pair fails with MEP_ERR_PEER_FAILED instead. */
@@ -297,7 +297,7 @@ static int start(mep_comm_t *comm, int is_send, const void *buf, size_t bytes,
   op->bytes = bytes;
   if (is_send) op->sbuf = buf;
   else op->rbuf = (uint8_t *)buf;
-  op->deadline_ms = mep__now_ms() + (uint64_t)comm->timeout_ms;
+  op->deadline_ms = mep__deadline_in((uint64_t)comm->timeout_ms);
   mep_req_t *req = mep__req_new(comm, MEP__REQ_P2P, advance, op, cleanup);
   if (!req) {
     free(op);

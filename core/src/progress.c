@@ -114,7 +114,7 @@ void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm) {
   memset(w, 0, sizeof *w);
   w->comm = comm;
   w->driving = comm->progress != NULL;
-  w->drive_until = mep__now_ms() + DRIVE_MS;
+  w->drive_until = mep__deadline_in(DRIVE_MS);
   if (w->driving) atomic_fetch_add(&comm->progress->drivers, 1);
   mep__progress_waiter_enter(comm);
 }
@@ -132,7 +132,7 @@ int mep__wait_step(mep__waiter_t *w) {
     return 0;
   }
   if (drive(w->comm) == 0 && ++w->rounds % 16 == 0) {
-    if (mep__now_ms() >= w->drive_until) {
+    if (mep__passed(w->drive_until)) {
       stop_driving(w);
       return 0;
     }

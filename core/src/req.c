@@ -89,7 +89,7 @@ static int wait_done(mep_req_t *r, uint64_t deadline) {
   pthread_mutex_lock(&comm->wait_mu);
   atomic_fetch_add(&comm->sleepers, 1);
   while (atomic_load(&r->state) != MEP__REQ_DONE &&
-         mep__now_ms() < deadline) {
+         !mep__passed(deadline)) {
     struct timespec ts = {(time_t)(deadline / 1000),
                           (long)(deadline % 1000) * 1000000};
     pthread_cond_timedwait(&comm->wait_cv, &comm->wait_mu, &ts);
@@ -132,7 +132,7 @@ int mep_req_wait(mep_req_t *r, int timeout_ms) {
    * (destroy fails what is running with MEP_ERR_CLOSED). */
   if (atomic_load(&r->state) != MEP__REQ_DONE) {
     int t = mep__timeout_or_default(r->comm, timeout_ms);
-    if (!wait_done(r, mep__now_ms() + (uint64_t)t))
+    if (!wait_done(r, mep__deadline_in((uint64_t)t)))
       return mep__err(MEP_ERR_TIMEOUT, "request still running after %d ms",
                       t);
   }
@@ -167,11 +167,11 @@ int mep__req_start(mep_req_t *r, mep_req_t **out) {
    * keeps moving may take longer than timeout_ms) and ends with its own
    * message; this wait only guards against a request that never ends. */
   int t = comm->timeout_ms, rc;
-  uint64_t cap = mep__now_ms() + 64 * (uint64_t)t;
+  uint64_t cap = mep__deadline_in(64 * (uint64_t)t);
   do
     rc = mep_req_wait(r, t);
   while (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE &&
-         mep__now_ms() < cap);
+         !mep__passed(cap));
   if (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE) {
     mep__errsave_t why;
     mep__err_save(&why);
