@@ -238,6 +238,8 @@ static uint64_t load(const uint64_t *w) {
 }
 
 static void release_held(mep_comm_t *comm);
+/* Ends the request with `code` and a message naming the collective;
+ * returns MEP__ADV_DONE, for advance to return. */
 static int fail(mep_req_t *req, int code, const char *fmt, ...)
     MEP_PRINTF(3, 4);
 static int fail(mep_req_t *req, int code, const char *fmt, ...) {
@@ -252,7 +254,7 @@ static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   mep__req_set(req, code, "rank %d: %s: %s", req->comm->rank, what, msg);
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 /* A peer that failed is not an error of the collective: the survivors
@@ -639,7 +641,7 @@ static int commit(mep_req_t *req) {
   if (!req->dropped)
     return fail(req, MEP_ERR_NOMEM, "out of memory");
   mep__ft_commit(comm, o->seq, o->act, req->dropped, &req->ndropped);
-  if (check_strays(req) != MEP_OK) return 1;
+  if (check_strays(req) != MEP_OK) return MEP__ADV_DONE;
   if (req->ndropped) {
     char list[256] = "";
     size_t len = 0;
@@ -651,7 +653,7 @@ static int commit(mep_req_t *req) {
   } else {
     mep__req_set(req, MEP_OK, NULL);
   }
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 /* In place: the input goes aside into memory the communicator keeps (and
@@ -677,7 +679,7 @@ static int copy_aside(mep_req_t *req) {
 /* The deadline passed: probe the peers before blaming them. A peer that
  * does not answer leaves the group (and the attempt starts again over the
  * others); if every peer answers, they are alive but not calling this
- * collective, and it fails. */
+ * collective, and it fails (MEP__ADV_DONE). */
 static int overdue(mep_req_t *req, uint64_t now) {
   mep_comm_t *comm = req->comm;
   op_t *o = req->impl;
@@ -688,9 +690,9 @@ static int overdue(mep_req_t *req, uint64_t now) {
     o->probed = 1;
     o->probe_end = now + 2 * mep__ft_probe_ms(comm) + 100;
     mep__ft_probe(comm);
-    return 0;
+    return MEP__ADV_WAIT;
   }
-  if (now < o->probe_end) return 0;
+  if (now < o->probe_end) return MEP__ADV_WAIT;
   return fail(req, MEP_ERR_TIMEOUT, "%s: still %s, nothing moved for %d ms "
               "(every rank answers probes: it is alive but not taking part)",
               o->plan.algo, o->waiting, comm->timeout_ms);
@@ -725,7 +727,7 @@ static int advance(mep_req_t *req) {
     if (o->data_done && mep__ft_may_commit(comm) &&
         (!comm->coll->agreement || all_credited(req)))
       return commit(req);
-    return moved ? 2 : 0;
+    return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
   }
   while (!o->data_done && o->step < o->plan.nsteps) {
     if (!o->started) start_step(req);
@@ -733,7 +735,7 @@ static int advance(mep_req_t *req) {
     int r = s < 0 ? 0 : pump_recvs(req);
     if (s < 0 || r < 0) {
       int rc = s < 0 ? s : r;
-      if (req->status < 0) return 1; /* already described */
+      if (req->status < 0) return MEP__ADV_DONE; /* already described */
       return fail(req, rc, "%s", mep_last_error());
     }
     moved |= s | r;
@@ -751,8 +753,9 @@ static int advance(mep_req_t *req) {
     o->deadline = now + (uint64_t)comm->timeout_ms;
     o->probed = 0;
   }
-  if (now >= o->deadline && overdue(req, now)) return 1;
-  return moved ? 2 : 0;
+  if (now >= o->deadline && overdue(req, now) == MEP__ADV_DONE)
+    return MEP__ADV_DONE;
+  return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
 }
 
 static void cleanup(mep_req_t *req) {

@@ -247,7 +247,7 @@ static int advance(mep_req_t *req) {
   if (!comm->p2p) { /* fini ran before the engine was closed */
     mep__req_set(req, MEP_ERR_CLOSED, "point-to-point state was released "
                  "while this request was running");
-    return 1;
+    return MEP__ADV_DONE;
   }
   /* The first request of the list does the pass for all of them. */
   if (req == comm->p2p_head) {
@@ -255,18 +255,18 @@ static int advance(mep_req_t *req) {
     mep__p2p_progress(comm);
   }
   if (!op->admitted) admit(comm, op);
-  if (op->done) return 1;
-  if (!mep__passed(op->deadline_ms)) return 0;
+  if (op->done) return MEP__ADV_DONE;
+  if (!mep__passed(op->deadline_ms)) return MEP__ADV_WAIT;
   if (!op->probed) {
     /* Probe the peer before blaming it: one that does not answer is
      * dropped, and the pair fails with MEP_ERR_PEER_FAILED instead. */
     op->probed = 1;
     op->deadline_ms += 2 * mep__ft_probe_ms(comm) + 100;
     mep__ft_probe(comm);
-    return 0;
+    return MEP__ADV_WAIT;
   }
   expire(comm, op);
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 static void cleanup(mep_req_t *req) { free(req->impl); }

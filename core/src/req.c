@@ -194,8 +194,8 @@ static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
     }
     r->gate = NULL; /* open for good */
     int rc = r->advance(r);
-    if (rc != 1) { /* 0: waiting; 2: moved, not finished */
-      moved += rc == 2;
+    if (rc != MEP__ADV_DONE) {
+      moved += rc == MEP__ADV_MOVED;
       if (head_only) break;
       pp = &r->next;
       continue;

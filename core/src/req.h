@@ -2,11 +2,10 @@
  * progress thread.
  *
  * A request is advanced by its `advance` function, called only from the
- * communicator's progress thread, never blocking: it returns 1 once it
- * finished (having set status/msg with mep__req_set), else 2 if it moved
- * forward (the thread keeps spinning) or 0 if it only waited. Collectives form a FIFO of which only the head advances
- * (they run one at a time, in call order); point-to-point requests all
- * advance. */
+ * communicator's progress thread (or a thread driving progress while it
+ * waits), never blocking; it returns one of MEP__ADV_*. Collectives form
+ * a FIFO of which only the head advances (they run one at a time, in call
+ * order); point-to-point requests all advance. */
 #ifndef MEP_SRC_REQ_H
 #define MEP_SRC_REQ_H
 
@@ -18,6 +17,15 @@
 enum { MEP__REQ_COLL = 0, MEP__REQ_P2P = 1 };
 enum { MEP__REQ_RUNNING = 0, MEP__REQ_DONE = 1, MEP__REQ_DETACHED = 2 };
 
+/* What an advance function returns. */
+enum {
+  MEP__ADV_WAIT = 0,  /* it only waited: nothing moved */
+  MEP__ADV_DONE = 1,  /* it finished, its outcome set with mep__req_set */
+  MEP__ADV_MOVED = 2, /* it moved forward, not finished: the progress
+                         thread keeps spinning */
+};
+
+/* Returns MEP__ADV_*. */
 typedef int (*mep__advance_fn)(mep_req_t *req);
 
 struct mep_req {
@@ -52,7 +60,7 @@ void mep__req_next_hooks(int (*gate)(void *),
 mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
                         void *impl, void (*cleanup)(mep_req_t *));
 
-/* Records the outcome (call before advance returns 1). */
+/* Records the outcome (call before advance returns MEP__ADV_DONE). */
 void mep__req_set(mep_req_t *req, int status, const char *fmt, ...)
     MEP_PRINTF(3, 4);
 
