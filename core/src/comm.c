@@ -452,6 +452,7 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&comm->wait_cv, &ca);
   pthread_condattr_destroy(&ca);
+  mep__engine_init(comm);
   mep__log_set_rank(rank);
   comm->peers = calloc((size_t)max, sizeof *comm->peers);
   comm->incarnation = calloc((size_t)max, sizeof *comm->incarnation);

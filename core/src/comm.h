@@ -34,6 +34,25 @@ typedef struct mep__peer {
 
 typedef struct mep__progress mep__progress_t;
 
+/* The request engine (req.c), as the progress thread (progress.c) calls
+ * it: a pass over the requests (> 0: work done, keep spinning), and
+ * whether requests are pending (the thread must not sleep on fds). */
+typedef struct mep__progress_hooks {
+  int (*advance)(mep_comm_t *comm);
+  int (*busy)(mep_comm_t *comm);
+} mep__progress_hooks_t;
+
+/* Work a subsystem (p2p.c, ft.c) does on every pass of the engine, with
+ * the engine lock held: advance returns > 0 when it did something; busy
+ * (may be NULL) says the engine must keep polling. The phase places it
+ * around the request lists (req.h, mep__engine_add_hook). */
+typedef struct mep__engine_hook {
+  int phase;
+  int (*advance)(mep_comm_t *comm);
+  int (*busy)(mep_comm_t *comm);
+} mep__engine_hook_t;
+#define MEP__ENGINE_MAX_HOOKS 4
+
 struct mep_comm {
   int rank, size;
   int max_size;             /* rank slots; arrays by rank have this many */
@@ -62,9 +81,12 @@ struct mep_comm {
   _Atomic int first_error_peer;
 
   mep__progress_t *progress;
+  mep__progress_hooks_t progress_hooks; /* registered by req.c */
 
   /* Requests (req.c): collectives run in order, one at a time. */
   pthread_mutex_t engine_lock;
+  mep__engine_hook_t engine_hooks[MEP__ENGINE_MAX_HOOKS]; /* p2p.c, ft.c */
+  int nengine_hooks;
   mep_req_t *coll_head, *p2p_head;
   _Atomic int engine_pending;
   int engine_closed;

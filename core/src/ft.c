@@ -1,4 +1,6 @@
-/* ft.c - the control channel, failure detection and agreement (ft.h). */
+/* ft.c - the control channel, failure detection and agreement (ft.h).
+ * Runs as a pass of the request engine after the request lists (it
+ * registers itself, req.h). */
 #include "ft.h"
 
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include "ft_state.h"
 #include "log.h"
 #include "region.h"
+#include "req.h"
 
 #define CTL_MAGIC 0x4c544346u /* "FCTL" */
 #define CTL_AGREE 1u
@@ -53,7 +56,10 @@ int mep__ft_init(mep_comm_t *comm) {
   comm->ft = ft;
   pthread_mutex_init(&ft->mu, NULL);
   int64_t probe;
-  int rc = mep__config_known_int(comm->cfg, "core", "probe_ms", &probe);
+  int rc = mep__engine_add_hook(comm, MEP__ENGINE_AFTER, mep__ft_progress,
+                                mep__ft_busy);
+  if (rc == MEP_OK)
+    rc = mep__config_known_int(comm->cfg, "core", "probe_ms", &probe);
   int agree = 0;
   if (rc == MEP_OK)
     rc = mep__config_choice(comm->cfg, "core", "agreement", &agree);

@@ -1,5 +1,8 @@
 /* p2p.c - mep_send/mep_recv: requests, their admission and deadlines, the
- * rings' set-up and the progress pass over every pair. */
+ * rings' set-up and the progress pass over every pair, which it registers
+ * with the request engine (req.h) to run before the request lists. Calls
+ * down to p2p_ring.c and p2p_match.c, the engine and the failure
+ * detector's probes (ft.c). */
 #include "p2p.h"
 
 #include <stdio.h>
@@ -99,7 +102,9 @@ int mep__p2p_init(mep_comm_t *comm) {
     return mep__err(MEP_ERR_NOMEM, "point-to-point state: out of memory");
   }
   comm->p2p = p2p;
-  int rc = comm->max_size > 1 ? setup_rings(comm) : MEP_OK;
+  int rc = mep__engine_add_hook(comm, MEP__ENGINE_BEFORE, mep__p2p_progress,
+                                NULL);
+  if (rc == MEP_OK && comm->max_size > 1) rc = setup_rings(comm);
   return rc ? mep__err_wrap(rc, "rank %d", comm->rank) : MEP_OK;
 }
 

@@ -1,4 +1,7 @@
-/* req.c - request lifecycle and the engine's request lists. */
+/* req.c - request lifecycle and the engine's request lists. Called by
+ * the subsystems that make requests (coll.c, p2p.c, cuda_kpath.c); calls
+ * the progress thread's waiting (progress.c) and, through the hooks
+ * registered with it, the subsystems' own passes. */
 #include "req.h"
 
 #include <stdarg.h>
@@ -8,8 +11,6 @@
 #include <time.h>
 
 #include "error.h"
-#include "ft.h"
-#include "p2p.h"
 
 static _Thread_local struct {
   int (*gate)(void *);
@@ -209,23 +210,49 @@ static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
   return moved;
 }
 
-int mep__engine_advance(mep_comm_t *comm) {
+/* The hooks of one phase: the work they did. */
+static int run_hooks(mep_comm_t *comm, int phase) {
+  int moved = 0;
+  for (int i = 0; i < comm->nengine_hooks; i++)
+    if (comm->engine_hooks[i].phase == phase)
+      moved += comm->engine_hooks[i].advance(comm);
+  return moved;
+}
+
+/* One pass, in the order req.h gives for the hooks' phases. */
+static int engine_advance(mep_comm_t *comm) {
   pthread_mutex_lock(&comm->engine_lock);
-  /* Rings drain even while this rank posts nothing, so a sender of more
-   * than a ring's worth is not stuck until the next recv is posted. */
-  int moved = comm->p2p ? mep__p2p_progress(comm) : 0;
+  int moved = run_hooks(comm, MEP__ENGINE_BEFORE);
   if (atomic_load(&comm->engine_pending))
     moved += advance_list(comm, &comm->p2p_head, 0) +
              advance_list(comm, &comm->coll_head, 1);
-  /* After the collectives: one that can finish does so before this rank
-   * tells an agreement what it finished. */
-  moved += mep__ft_progress(comm);
+  moved += run_hooks(comm, MEP__ENGINE_AFTER);
   pthread_mutex_unlock(&comm->engine_lock);
   return moved;
 }
 
-int mep__engine_busy(mep_comm_t *comm) {
-  return atomic_load(&comm->engine_pending) > 0 || mep__ft_busy(comm);
+static int engine_busy(mep_comm_t *comm) {
+  if (atomic_load(&comm->engine_pending) > 0) return 1;
+  for (int i = 0; i < comm->nengine_hooks; i++)
+    if (comm->engine_hooks[i].busy && comm->engine_hooks[i].busy(comm))
+      return 1;
+  return 0;
+}
+
+void mep__engine_init(mep_comm_t *comm) {
+  comm->progress_hooks.advance = engine_advance;
+  comm->progress_hooks.busy = engine_busy;
+}
+
+int mep__engine_add_hook(mep_comm_t *comm, int phase,
+                         int (*advance)(mep_comm_t *),
+                         int (*busy)(mep_comm_t *)) {
+  if (comm->nengine_hooks == MEP__ENGINE_MAX_HOOKS)
+    return mep__err(MEP_ERR_INVALID, "the engine takes %d hooks at most",
+                    MEP__ENGINE_MAX_HOOKS);
+  comm->engine_hooks[comm->nengine_hooks++] =
+      (mep__engine_hook_t){.phase = phase, .advance = advance, .busy = busy};
+  return MEP_OK;
 }
 
 void mep__engine_close(mep_comm_t *comm) {

@@ -5,7 +5,13 @@
  * communicator's progress thread (or a thread driving progress while it
  * waits), never blocking; it returns one of MEP__ADV_*. Collectives form
  * a FIFO of which only the head advances (they run one at a time, in call
- * order); point-to-point requests all advance. */
+ * order); point-to-point requests all advance.
+ *
+ * The engine sits below the subsystems that make requests: it calls none
+ * of them by name. The progress thread reaches it through the hooks it
+ * registers (mep__engine_init), and the subsystems that need a pass of
+ * their own (the point-to-point rings, the failure detector) register
+ * theirs with it (mep__engine_add_hook). */
 #ifndef MEP_SRC_REQ_H
 #define MEP_SRC_REQ_H
 
@@ -70,11 +76,28 @@ void mep__req_set(mep_req_t *req, int status, const char *fmt, ...)
  * freed and the error returned. */
 int mep__req_start(mep_req_t *req, mep_req_t **out);
 
-/* Progress thread: advances the requests; returns how many made progress
- * or finished (> 0 keeps the thread spinning). */
-int mep__engine_advance(mep_comm_t *comm);
-/* Whether requests are pending (the thread must not sleep on fds). */
-int mep__engine_busy(mep_comm_t *comm);
+/* At creation, before the progress thread starts: registers the engine
+ * with it (comm->progress_hooks). */
+void mep__engine_init(mep_comm_t *comm);
+
+/* Where a subsystem's pass runs in an engine pass. The order matters:
+ *   MEP__ENGINE_BEFORE  the point-to-point rings drain (p2p.c), even while
+ *                       this rank posts nothing, so a sender of more than
+ *                       a ring's worth is not stuck until the next recv;
+ *   (the point-to-point requests, then the head of the collective FIFO)
+ *   MEP__ENGINE_AFTER   the failure detector (ft.c), after the
+ *                       collectives, so that one that can finish does so
+ *                       before this rank tells an agreement what it
+ *                       finished.
+ * Hooks of one phase run in the order they were added. */
+enum { MEP__ENGINE_BEFORE = 0, MEP__ENGINE_AFTER = 1 };
+
+/* Adds a pass to every engine pass (see mep__engine_hook_t in comm.h);
+ * at set-up, before the progress thread starts. MEP_ERR_INVALID when the
+ * communicator has MEP__ENGINE_MAX_HOOKS already. */
+int mep__engine_add_hook(mep_comm_t *comm, int phase,
+                         int (*advance)(mep_comm_t *),
+                         int (*busy)(mep_comm_t *));
 /* At destroy, after the progress thread stopped: fails what is pending
  * with MEP_ERR_CLOSED. */
 void mep__engine_close(mep_comm_t *comm);
