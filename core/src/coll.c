@@ -1,4 +1,5 @@
-/* coll.c - executing collective plans on the progress thread. */
+/* coll.c - executing collective plans on the progress thread (coll.h):
+ * the entry points (coll_api.c) start specs here; plans come from plan.c. */
 #include "coll.h"
 
 #include <stdarg.h>
@@ -48,10 +49,6 @@ struct mep__coll {
   uint8_t *aside;                   /* in-place inputs, copied at the start */
   size_t aside_cap;                 /* (collectives run one at a time) */
 };
-
-size_t mep__coll_two_shot(const mep_comm_t *comm) {
-  return comm->coll->two_shot;
-}
 
 /* ------------------------------------------------------------ set-up */
 
@@ -137,34 +134,6 @@ void mep__coll_fini(mep_comm_t *comm) {
 }
 
 /* -------------------------------------------------------------- plans */
-
-int mep__step_alloc(mep__step_t *st, int size) {
-  size_t n = (size_t)size;
-  memset(st, 0, sizeof *st);
-  st->send_to = calloc(n, 1);
-  st->sptr = calloc(n, sizeof *st->sptr);
-  st->sbytes = calloc(n, sizeof *st->sbytes);
-  st->recv_from = calloc(n, 1);
-  st->rptr = calloc(n, sizeof *st->rptr);
-  st->rbytes = calloc(n, sizeof *st->rbytes);
-  if (st->send_to && st->sptr && st->sbytes && st->recv_from && st->rptr &&
-      st->rbytes)
-    return MEP_OK;
-  return mep__err(MEP_ERR_NOMEM, "out of memory");
-}
-
-void mep__plan_free(mep__plan_t *plan) {
-  for (int i = 0; i < plan->nsteps; i++) {
-    mep__step_t *st = &plan->steps[i];
-    free(st->send_to);
-    free((void *)st->sptr);
-    free(st->sbytes);
-    free(st->recv_from);
-    free(st->rptr);
-    free(st->rbytes);
-  }
-  memset(plan, 0, sizeof *plan);
-}
 
 static const char *const kind_names[] = {
     "broadcast", "reduce",    "allreduce", "allgather",  "reduce_scatter",
@@ -591,7 +560,8 @@ static int attempt(mep_req_t *req) {
   release_held(comm);
   o->step = o->started = o->data_done = o->probed = 0;
   o->deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
-  int rc = mep__plan_build(comm, &o->spec, o->act, &o->plan);
+  int rc = mep__plan_build(comm, &o->spec, o->act, comm->coll->two_shot,
+                           &o->plan);
   o->digest = digest_of(&o->plan);
   comm->coll->cur_done = 0;
   if (rc == MEP_OK) last_chunks(comm, o);
