@@ -739,7 +739,7 @@ static void cleanup(mep_req_t *req) {
 }
 
 int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
-                    mep_req_t **out) {
+                    const mep__req_hooks_t *hooks, mep_req_t **out) {
   op_t *o = calloc(1, sizeof *o);
   size_t n = (size_t)comm->max_size;
   uint8_t *act = o ? calloc(n, 1) : NULL;
@@ -756,6 +756,7 @@ int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
     mep__coll_spec_free(spec);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }
+  if (hooks) req->hooks = *hooks;
   o->spec = *spec;
   o->act = act;
   o->last_step = ls;

@@ -23,6 +23,7 @@
 
 #include "comm.h"
 #include "plan.h"
+#include "req.h"
 
 /* At communicator creation, after connections, on every rank in the same
  * order: registers the staging regions. */
@@ -40,13 +41,35 @@ uint64_t mep__coll_ops(const mep_comm_t *comm);
 int mep__coll_done_from(const mep_comm_t *comm, int p);
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
 
-/* Starts `spec` (ownership passes) as a collective request. */
+/* Starts `spec` (ownership passes) as a collective request, with the
+ * request hooks `hooks` (NULL: none; req.h). */
 int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
-                    mep_req_t **out);
+                    const mep__req_hooks_t *hooks, mep_req_t **out);
 
 /* ------------------------------------------- the entry points (coll_api.c)
  * Above the engine: they check the arguments, build the spec and start
  * it. */
+
+/* A collective of one count, as its mep.h entry point takes it:
+ * broadcast's buffer is `recv`; `op` counts for reductions only, `root`
+ * for rooted collectives only. */
+typedef struct mep__coll_call {
+  int kind; /* broadcast, reduce, allreduce, allgather, reduce_scatter,
+               alltoall, gather or scatter */
+  const void *send;
+  void *recv;
+  size_t count;
+  mep_dtype_t dtype;
+  mep_op_t op;
+  int root;
+} mep__coll_call_t;
+
+/* Starts `c` as its mep.h entry point does (the same checks and
+ * messages), with the request hooks `hooks` (NULL: none): how the CUDA
+ * staged path (cuda_stage.c) holds a host collective until its input is
+ * copied in. */
+int mep__coll_submit(mep_comm_t *comm, const mep__coll_call_t *c,
+                     const mep__req_hooks_t *hooks, mep_req_t **req);
 
 /* A barrier of `kind` whose `tag` every rank must pass equal; blocking. */
 int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag);

@@ -105,11 +105,14 @@ static int extent(const args_t *a, const size_t *counts, const size_t *displs,
   return MEP_OK;
 }
 
-/* ------------------------------------------------------- entry points */
+/* -------------------------------------------------------------- calls
+ * Each collective of one count, checked, started with the request hooks
+ * its caller passes: none from mep.h, the CUDA staged path's gate through
+ * mep__coll_submit. */
 
-int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
-                  size_t count, mep_dtype_t dtype, mep_op_t op,
-                  mep_req_t **req) {
+static int allreduce(mep_comm_t *comm, const void *send, void *recv,
+                     size_t count, mep_dtype_t dtype, mep_op_t op,
+                     const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0;
@@ -121,11 +124,12 @@ int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
   if (rc) return rc;
   spec_init(&s, MEP__COLL_ALLREDUCE, dtype, op, count, -1, send, recv);
   private_input(&s, bytes, bytes);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
 }
 
-int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
-               mep_dtype_t dtype, mep_op_t op, int root, mep_req_t **req) {
+static int reduce(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, mep_op_t op, int root,
+                  const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0;
@@ -137,12 +141,12 @@ int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc) return rc;
   spec_init(&s, MEP__COLL_REDUCE, dtype, op, count, root, send, recv);
   if (a.me == root) private_input(&s, bytes, bytes);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
 }
 
-int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
-                       size_t count, mep_dtype_t dtype, mep_op_t op,
-                       mep_req_t **req) {
+static int reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
+                          size_t count, mep_dtype_t dtype, mep_op_t op,
+                          const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
@@ -154,11 +158,12 @@ int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
   if (rc) return rc;
   spec_init(&s, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1, send, recv);
   private_input(&s, total, bytes);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
 }
 
-int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
-                  mep_dtype_t dtype, int root, mep_req_t **req) {
+static int broadcast(mep_comm_t *comm, void *buf, size_t count,
+                     mep_dtype_t dtype, int root,
+                     const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0;
@@ -167,11 +172,12 @@ int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
   if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
   if (rc) return rc;
   spec_init(&s, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root, buf, buf);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
 }
 
-int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
-                  size_t count, mep_dtype_t dtype, mep_req_t **req) {
+static int allgather(mep_comm_t *comm, const void *send, void *recv,
+                     size_t count, mep_dtype_t dtype,
+                     const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
@@ -183,11 +189,12 @@ int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
   spec_init(&s, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1, send, recv);
   uint8_t *mine = (uint8_t *)recv + (size_t)a.me * bytes;
   if (send != mine) private_input(&s, bytes, total);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
 }
 
-int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
-                 mep_dtype_t dtype, mep_req_t **req) {
+static int alltoall(mep_comm_t *comm, const void *send, void *recv,
+                    size_t count, mep_dtype_t dtype,
+                    const mep__req_hooks_t *hooks, mep_req_t **req) {
   args_t a;
   mep__coll_spec_t s;
   size_t bytes = 0, total = 0;
@@ -198,7 +205,113 @@ int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
   if (rc) return rc;
   spec_init(&s, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1, send, recv);
   private_input(&s, total, total);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, hooks, req);
+}
+
+static int gather(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, int root,
+                  const mep__req_hooks_t *hooks, mep_req_t **req) {
+  args_t a;
+  mep__coll_spec_t s;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_gather", dtype, root, 1);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
+  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
+  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
+  if (rc) return rc;
+  spec_init(&s, MEP__COLL_GATHER, dtype, MEP_SUM, count, root, send, recv);
+  if (a.me == root) private_input(&s, bytes, total);
+  return mep__coll_start(comm, &s, hooks, req);
+}
+
+static int scatter(mep_comm_t *comm, const void *send, void *recv,
+                   size_t count, mep_dtype_t dtype, int root,
+                   const mep__req_hooks_t *hooks, mep_req_t **req) {
+  args_t a;
+  mep__coll_spec_t s;
+  size_t bytes = 0, total = 0;
+  int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
+  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
+  if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
+  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
+  if (rc) return rc;
+  spec_init(&s, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root, send, recv);
+  if (a.me == root) private_input(&s, total, bytes);
+  return mep__coll_start(comm, &s, hooks, req);
+}
+
+int mep__coll_submit(mep_comm_t *comm, const mep__coll_call_t *c,
+                     const mep__req_hooks_t *hooks, mep_req_t **req) {
+  switch (c->kind) {
+  case MEP__COLL_ALLREDUCE:
+    return allreduce(comm, c->send, c->recv, c->count, c->dtype, c->op,
+                     hooks, req);
+  case MEP__COLL_REDUCE:
+    return reduce(comm, c->send, c->recv, c->count, c->dtype, c->op,
+                  c->root, hooks, req);
+  case MEP__COLL_REDUCE_SCATTER:
+    return reduce_scatter(comm, c->send, c->recv, c->count, c->dtype, c->op,
+                          hooks, req);
+  case MEP__COLL_BROADCAST:
+    return broadcast(comm, c->recv, c->count, c->dtype, c->root, hooks, req);
+  case MEP__COLL_ALLGATHER:
+    return allgather(comm, c->send, c->recv, c->count, c->dtype, hooks, req);
+  case MEP__COLL_ALLTOALL:
+    return alltoall(comm, c->send, c->recv, c->count, c->dtype, hooks, req);
+  case MEP__COLL_GATHER:
+    return gather(comm, c->send, c->recv, c->count, c->dtype, c->root, hooks,
+                  req);
+  case MEP__COLL_SCATTER:
+    return scatter(comm, c->send, c->recv, c->count, c->dtype, c->root,
+                   hooks, req);
+  default:
+    return mep__err(MEP_ERR_INVALID, "collective %d has no entry point of "
+                    "one count", c->kind);
+  }
+}
+
+/* ------------------------------------------------------- entry points */
+
+int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, mep_op_t op,
+                  mep_req_t **req) {
+  return allreduce(comm, send, recv, count, dtype, op, NULL, req);
+}
+
+int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
+               mep_dtype_t dtype, mep_op_t op, int root, mep_req_t **req) {
+  return reduce(comm, send, recv, count, dtype, op, root, NULL, req);
+}
+
+int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
+                       size_t count, mep_dtype_t dtype, mep_op_t op,
+                       mep_req_t **req) {
+  return reduce_scatter(comm, send, recv, count, dtype, op, NULL, req);
+}
+
+int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
+                  mep_dtype_t dtype, int root, mep_req_t **req) {
+  return broadcast(comm, buf, count, dtype, root, NULL, req);
+}
+
+int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
+                  size_t count, mep_dtype_t dtype, mep_req_t **req) {
+  return allgather(comm, send, recv, count, dtype, NULL, req);
+}
+
+int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
+                 mep_dtype_t dtype, mep_req_t **req) {
+  return alltoall(comm, send, recv, count, dtype, NULL, req);
+}
+
+int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
+               mep_dtype_t dtype, int root, mep_req_t **req) {
+  return gather(comm, send, recv, count, dtype, root, NULL, req);
+}
+
+int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
+                mep_dtype_t dtype, int root, mep_req_t **req) {
+  return scatter(comm, send, recv, count, dtype, root, NULL, req);
 }
 
 int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
@@ -230,37 +343,7 @@ int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
   memcpy(s.v + 2 * n, rcounts, n * sizeof *s.v);
   memcpy(s.v + 3 * n, rdispls, n * sizeof *s.v);
   private_input(&s, sext, rext);
-  return mep__coll_start(comm, &s, req);
-}
-
-int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
-               mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_gather", dtype, root, 1);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
-  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_GATHER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) private_input(&s, bytes, total);
-  return mep__coll_start(comm, &s, req);
-}
-
-int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
-                mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) private_input(&s, total, bytes);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, NULL, req);
 }
 
 int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
@@ -269,7 +352,7 @@ int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
   int rc = check(&a, comm, "mep_barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
   spec_init(&s, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1, NULL, NULL);
-  return mep__coll_start(comm, &s, req);
+  return mep__coll_start(comm, &s, NULL, req);
 }
 
 int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
@@ -278,5 +361,5 @@ int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
   int rc = check(&a, comm, "membership barrier", MEP_UINT8, -1, 0);
   if (rc) return rc;
   spec_init(&s, kind, MEP_UINT8, MEP_SUM, (size_t)tag, -1, NULL, NULL);
-  return mep__coll_start(comm, &s, NULL);
+  return mep__coll_start(comm, &s, NULL, NULL);
 }

@@ -12,29 +12,10 @@
 
 #include "error.h"
 
-static _Thread_local struct {
-  int (*gate)(void *);
-  void (*on_settle)(mep_req_t *, void *);
-  void *arg;
-} next_hooks;
-
-void mep__req_next_hooks(int (*gate)(void *),
-                         void (*on_settle)(mep_req_t *, void *), void *arg) {
-  next_hooks.gate = gate;
-  next_hooks.on_settle = on_settle;
-  next_hooks.arg = arg;
-}
-
 mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
                         void *impl, void (*cleanup)(mep_req_t *)) {
   mep_req_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
-  if (kind == MEP__REQ_COLL && (next_hooks.gate || next_hooks.on_settle)) {
-    r->gate = next_hooks.gate;
-    r->on_settle = next_hooks.on_settle;
-    r->gate_arg = next_hooks.arg;
-    mep__req_next_hooks(NULL, NULL, NULL);
-  }
   r->comm = comm;
   r->kind = kind;
   r->advance = advance;
@@ -62,7 +43,7 @@ static void destroy(mep_req_t *r) {
 /* DONE, or freed at once when the owner already let go of it. */
 static void settle(mep_req_t *r) {
   mep_comm_t *comm = r->comm;
-  if (r->on_settle) r->on_settle(r, r->gate_arg);
+  if (r->hooks.on_settle) r->hooks.on_settle(r, r->hooks.arg);
   int expected = MEP__REQ_RUNNING;
   if (!atomic_compare_exchange_strong(&r->state, &expected, MEP__REQ_DONE)) {
     destroy(r);
@@ -188,12 +169,12 @@ static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
   int moved = 0;
   for (mep_req_t **pp = list; *pp;) {
     mep_req_t *r = *pp;
-    if (r->gate && !r->gate(r->gate_arg)) {
+    if (r->hooks.gate && !r->hooks.gate(r->hooks.arg)) {
       if (head_only) break;
       pp = &r->next;
       continue;
     }
-    r->gate = NULL; /* open for good */
+    r->hooks.gate = NULL; /* open for good */
     int rc = r->advance(r);
     if (rc != MEP__ADV_DONE) {
       moved += rc == MEP__ADV_MOVED;

@@ -34,6 +34,18 @@ enum {
 /* Returns MEP__ADV_*. */
 typedef int (*mep__advance_fn)(mep_req_t *req);
 
+/* Optional, for work that waits on something outside the engine (a GPU
+ * copy): at the head of the FIFO the request does not start while
+ * gate(arg) returns 0; on_settle runs once it finished, before waiters
+ * wake. Both on the progress thread, engine lock held. How the CUDA
+ * staging path gates a host collective on its copy in and lets the stream
+ * go on when it finished (coll.h, mep__coll_submit). */
+typedef struct mep__req_hooks {
+  int (*gate)(void *arg);
+  void (*on_settle)(mep_req_t *req, void *arg);
+  void *arg;
+} mep__req_hooks_t;
+
 struct mep_req {
   mep_comm_t *comm;
   _Atomic int state;       /* MEP__REQ_* */
@@ -47,20 +59,8 @@ struct mep_req {
   void (*cleanup)(mep_req_t *req); /* frees impl; may be NULL */
   void *impl;
   mep_req_t *next;         /* in the engine's list */
-  /* Optional, for work that waits on something outside the engine (a
-   * GPU copy): at the head of the FIFO the request does not start while
-   * gate(gate_arg) returns 0; on_settle runs once it finished, before
-   * waiters wake. Both on the progress thread, engine lock held. */
-  int (*gate)(void *gate_arg);
-  void (*on_settle)(mep_req_t *req, void *gate_arg);
-  void *gate_arg;
+  mep__req_hooks_t hooks;  /* all NULL unless set before the start */
 };
-
-/* Hooks the next collective this thread starts takes over (one use):
- * how the CUDA staging path gates a host collective on its copy in and
- * lets the stream go on when it finished. */
-void mep__req_next_hooks(int (*gate)(void *),
-                         void (*on_settle)(mep_req_t *, void *), void *arg);
 
 /* A new running request (not yet submitted). NULL when out of memory. */
 mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
