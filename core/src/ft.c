@@ -1,6 +1,7 @@
 /* ft.c - the control channel, failure detection and agreement (ft.h).
  * Runs as a pass of the request engine after the request lists (it
- * registers itself, req.h). */
+ * registers itself, req.h); claims decisions through ft_claim.c and
+ * adopts what they settle on. */
 #include "ft.h"
 
 #include <stdio.h>
@@ -239,8 +240,9 @@ static void drop_peer(mep_comm_t *comm, int p) {
   peer->ep = NULL;
 }
 
-void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
-                   uint64_t decided, const char *how) {
+/* Makes `act` the active set at `epoch` (dropping the others). */
+static void adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
+                  uint64_t decided, const char *how) {
   mep__ft_t *ft = comm->ft;
   if (epoch <= ft->epoch) return;
   char lost[256] = "";
@@ -318,8 +320,7 @@ static int receive(mep_comm_t *comm, int from) {
   if (h.pong > ps->pong_seen) ps->pong_seen = h.pong;
   if (h.epoch > ft->epoch) {
     if (!admits(ft, ft->scratch + sizeof h, comm->max_size))
-      mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided,
-                    "announced");
+      adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
   } else if (h.epoch < ft->epoch) {
     ft->dirty[from] = 1; /* it is behind: tell it */
   } else if ((h.flags & CTL_AGREE) && !ft->agreeing) {
@@ -423,7 +424,9 @@ static void run_agreement(mep_comm_t *comm, uint64_t now) {
     if (ft->suspect[p]) pending--;
   }
   if (!pending && !ft->cl.epoch) decide(comm);
-  if (ft->cl.epoch) mep__ft_claim_settle(comm, now);
+  mep__ft_decision_t d;
+  if (ft->cl.epoch && mep__ft_claim_settle(comm, now, &d))
+    adopt(comm, d.epoch, d.set, d.decided, "decided");
 }
 
 /* ------------------------------------------------------------ the loop */
