@@ -52,6 +52,8 @@ struct mep__coll {
 
 /* ------------------------------------------------------------ set-up */
 
+static int done_from(const mep_comm_t *comm, int p);
+
 int mep__coll_init(mep_comm_t *comm) {
   int64_t chunk;
   int rc = mep__config_int(comm->cfg, "core", "chunk_bytes", 1 << 20, 4096,
@@ -64,6 +66,7 @@ int mep__coll_init(mep_comm_t *comm) {
   struct mep__coll *c = calloc(1, sizeof *c);
   if (!c) return mep__err(MEP_ERR_NOMEM, "out of memory");
   comm->coll = c;
+  comm->coll_done_from = done_from;
   c->two_shot = (size_t)two_shot;
   size_t n = (size_t)comm->max_size;
   int agree = 0;
@@ -131,6 +134,7 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->aside);
   free(c);
   comm->coll = NULL;
+  comm->coll_done_from = NULL;
 }
 
 /* -------------------------------------------------------------- plans */
@@ -596,7 +600,9 @@ static int all_credited(mep_req_t *req) {
   return 1;
 }
 
-int mep__coll_done_from(const mep_comm_t *comm, int p) {
+/* Whether p told this rank it holds all data of the running collective
+ * (comm->coll_done_from, for ft.c). */
+static int done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
   return c->cur_done && c->agreement &&
          load(&c->sig[comm->max_size + p]) >= c->sent[p];

@@ -14,7 +14,8 @@
  *
  * The engine (coll.c) runs on the request engine (req.c) and the failure
  * detector (ft.c), builds its plans with plan.c and moves data with
- * put/signal (rma.c); the entry points (coll_api.c) sit above it. */
+ * put/signal (rma.c); the entry points (coll_api.c) sit above it. It
+ * answers the failure detector through comm->coll_done_from. */
 #ifndef MEP_SRC_COLL_H
 #define MEP_SRC_COLL_H
 
@@ -36,9 +37,6 @@ void mep__coll_fini(mep_comm_t *comm);
  * reads or sets the number of collectives started (equal on all ranks). */
 void mep__coll_reset_peer(mep_comm_t *comm, int peer);
 uint64_t mep__coll_ops(const mep_comm_t *comm);
-/* Whether p told this rank it holds all data of the running collective:
- * then p closing its communicator is no failure of that collective. */
-int mep__coll_done_from(const mep_comm_t *comm, int p);
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
 
 /* Starts `spec` (ownership passes) as a collective request, with the

@@ -99,6 +99,10 @@ struct mep_comm {
   struct mep__p2p *p2p;   /* point-to-point rings (p2p.c) */
   struct mep__ft *ft;     /* active set, control channel (ft.c) */
   struct mep__cuda *cuda; /* CUDA collectives (cuda_*.c), NULL until used */
+  /* Registered by the collective engine (coll.c) for the failure detector
+   * (ft.c): whether p told this rank it holds all data of the running
+   * collective, so that p closing its communicator is no failure of it. */
+  int (*coll_done_from)(const mep_comm_t *comm, int p);
 };
 
 /* Marks `peer` failed with `code` (first failure wins) and logs it once

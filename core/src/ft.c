@@ -1,7 +1,9 @@
 /* ft.c - the control channel, failure detection and agreement (ft.h).
  * Runs as a pass of the request engine after the request lists (it
- * registers itself, req.h); claims decisions through ft_claim.c and
- * adopts what they settle on. */
+ * registers itself, req.h); asks the collective engine, which sits above
+ * it, only through the callback the engine registers
+ * (comm->coll_done_from); claims decisions through ft_claim.c and adopts
+ * what they settle on. */
 #include "ft.h"
 
 #include <stdio.h>
@@ -9,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coll.h"
 #include "config.h"
 #include "error.h"
 #include "ft_state.h"
@@ -446,7 +447,9 @@ int mep__ft_progress(mep_comm_t *comm) {
     int failed = atomic_load(&comm->peers[p].failed);
     /* A rank that finished the running collective and left is dropped
      * at the next one, not in the middle of this one. */
-    if (failed == MEP_ERR_CLOSED && mep__coll_done_from(comm, p)) failed = 0;
+    if (failed == MEP_ERR_CLOSED && comm->coll_done_from &&
+        comm->coll_done_from(comm, p))
+      failed = 0;
     if (failed && !ft->suspect[p])
       suspect(comm, p, failed == MEP_ERR_CLOSED,
               failed == MEP_ERR_CLOSED ? "it closed its communicator"
