@@ -1,5 +1,12 @@
-/* comm.h - the communicator's internals, shared by comm, region, rma and
- * progress. */
+/* comm.h - the communicator's internals, shared by every part of the core:
+ * its creation steps (comm.c), the subsystems' state (comm_state.c), the
+ * peer table (peer.c), progress, regions, put/signal and the engine.
+ *
+ * The layers (docs/architecture.md, "Layering") call downward only; where
+ * a lower one must reach an upper one, the upper one registers callbacks
+ * here: the request engine with the progress thread (progress_hooks), the
+ * subsystems with the engine (engine_hooks), the collectives with the
+ * failure detector (coll_done_from). */
 #ifndef MEP_SRC_COMM_H
 #define MEP_SRC_COMM_H
 
@@ -110,14 +117,27 @@ struct mep_comm {
 void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
                          const char *why);
 
-/* Creation steps shared with recovery (comm.c, recover.c). */
+/* The creation steps (comm.c), shared by creation (comm_api.c) and
+ * recovery (recover.c): the job secret, the transports and this rank's
+ * card; a peer's card; the route to a peer and its connection. */
 struct mep__card;
-int mep__comm_setup_state(mep_comm_t *comm);
-int mep__comm_import_state(mep_comm_t *comm);
+int mep__comm_secret_and_card(mep_comm_t *comm);
 int mep__comm_fetch_card(mep_comm_t *comm, int peer, struct mep__card *card);
 int mep__comm_connect_peer(mep_comm_t *comm, int p,
                            const struct mep__card *card, mep_tp_ep_t **ep);
-int mep__comm_secret_and_card(mep_comm_t *comm);
+/* All of them for a new group: secret, card, every peer's card, routes
+ * (closing the transports no route uses) and connections. */
+int mep__comm_connect(mep_comm_t *comm);
+/* At destroy, after the endpoints closed: the transports and the card. */
+void mep__comm_unload(mep_comm_t *comm);
+
+/* The subsystems' state (comm_state.c): the collectives', point-to-point's
+ * and the control channel's regions, registered in the same order on
+ * every rank, then the active peers' imported. */
+int mep__comm_setup_state(mep_comm_t *comm);
+int mep__comm_import_state(mep_comm_t *comm);
+
+/* Joining a running group (recover.c). */
 int mep__comm_join(mep_comm_t *comm);
 
 /* A timeout argument: negative means the communicator's. */
