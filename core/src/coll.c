@@ -1,4 +1,5 @@
-/* coll.c - executing collective plans on the progress thread. */
+/* coll.c - executing collective plans on the progress thread (coll.h):
+ * the entry points (coll_api.c) start specs here; plans come from plan.c. */
 #include "coll.h"
 
 #include <stdarg.h>
@@ -49,11 +50,9 @@ struct mep__coll {
   size_t aside_cap;                 /* (collectives run one at a time) */
 };
 
-size_t mep__coll_two_shot(const mep_comm_t *comm) {
-  return comm->coll->two_shot;
-}
-
 /* ------------------------------------------------------------ set-up */
+
+static int done_from(const mep_comm_t *comm, int p);
 
 int mep__coll_init(mep_comm_t *comm) {
   int64_t chunk;
@@ -67,6 +66,7 @@ int mep__coll_init(mep_comm_t *comm) {
   struct mep__coll *c = calloc(1, sizeof *c);
   if (!c) return mep__err(MEP_ERR_NOMEM, "out of memory");
   comm->coll = c;
+  comm->coll_done_from = done_from;
   c->two_shot = (size_t)two_shot;
   size_t n = (size_t)comm->max_size;
   int agree = 0;
@@ -134,37 +134,10 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->aside);
   free(c);
   comm->coll = NULL;
+  comm->coll_done_from = NULL;
 }
 
 /* -------------------------------------------------------------- plans */
-
-int mep__step_alloc(mep__step_t *st, int size) {
-  size_t n = (size_t)size;
-  memset(st, 0, sizeof *st);
-  st->send_to = calloc(n, 1);
-  st->sptr = calloc(n, sizeof *st->sptr);
-  st->sbytes = calloc(n, sizeof *st->sbytes);
-  st->recv_from = calloc(n, 1);
-  st->rptr = calloc(n, sizeof *st->rptr);
-  st->rbytes = calloc(n, sizeof *st->rbytes);
-  if (st->send_to && st->sptr && st->sbytes && st->recv_from && st->rptr &&
-      st->rbytes)
-    return MEP_OK;
-  return mep__err(MEP_ERR_NOMEM, "out of memory");
-}
-
-void mep__plan_free(mep__plan_t *plan) {
-  for (int i = 0; i < plan->nsteps; i++) {
-    mep__step_t *st = &plan->steps[i];
-    free(st->send_to);
-    free((void *)st->sptr);
-    free(st->sbytes);
-    free(st->recv_from);
-    free(st->rptr);
-    free(st->rbytes);
-  }
-  memset(plan, 0, sizeof *plan);
-}
 
 static const char *const kind_names[] = {
     "broadcast", "reduce",    "allreduce", "allgather",  "reduce_scatter",
@@ -238,6 +211,8 @@ static uint64_t load(const uint64_t *w) {
 }
 
 static void release_held(mep_comm_t *comm);
+/* Ends the request with `code` and a message naming the collective;
+ * returns MEP__ADV_DONE, for advance to return. */
 static int fail(mep_req_t *req, int code, const char *fmt, ...)
     MEP_PRINTF(3, 4);
 static int fail(mep_req_t *req, int code, const char *fmt, ...) {
@@ -252,7 +227,7 @@ static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   mep__req_set(req, code, "rank %d: %s: %s", req->comm->rank, what, msg);
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 /* A peer that failed is not an error of the collective: the survivors
@@ -589,7 +564,8 @@ static int attempt(mep_req_t *req) {
   release_held(comm);
   o->step = o->started = o->data_done = o->probed = 0;
   o->deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
-  int rc = mep__plan_build(comm, &o->spec, o->act, &o->plan);
+  int rc = mep__plan_build(comm, &o->spec, o->act, comm->coll->two_shot,
+                           &o->plan);
   o->digest = digest_of(&o->plan);
   comm->coll->cur_done = 0;
   if (rc == MEP_OK) last_chunks(comm, o);
@@ -624,7 +600,9 @@ static int all_credited(mep_req_t *req) {
   return 1;
 }
 
-int mep__coll_done_from(const mep_comm_t *comm, int p) {
+/* Whether p told this rank it holds all data of the running collective
+ * (comm->coll_done_from, for ft.c). */
+static int done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
   return c->cur_done && c->agreement &&
          load(&c->sig[comm->max_size + p]) >= c->sent[p];
@@ -639,7 +617,7 @@ static int commit(mep_req_t *req) {
   if (!req->dropped)
     return fail(req, MEP_ERR_NOMEM, "out of memory");
   mep__ft_commit(comm, o->seq, o->act, req->dropped, &req->ndropped);
-  if (check_strays(req) != MEP_OK) return 1;
+  if (check_strays(req) != MEP_OK) return MEP__ADV_DONE;
   if (req->ndropped) {
     char list[256] = "";
     size_t len = 0;
@@ -651,7 +629,7 @@ static int commit(mep_req_t *req) {
   } else {
     mep__req_set(req, MEP_OK, NULL);
   }
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 /* In place: the input goes aside into memory the communicator keeps (and
@@ -677,7 +655,7 @@ static int copy_aside(mep_req_t *req) {
 /* The deadline passed: probe the peers before blaming them. A peer that
  * does not answer leaves the group (and the attempt starts again over the
  * others); if every peer answers, they are alive but not calling this
- * collective, and it fails. */
+ * collective, and it fails (MEP__ADV_DONE). */
 static int overdue(mep_req_t *req, uint64_t now) {
   mep_comm_t *comm = req->comm;
   op_t *o = req->impl;
@@ -688,9 +666,9 @@ static int overdue(mep_req_t *req, uint64_t now) {
     o->probed = 1;
     o->probe_end = now + 2 * mep__ft_probe_ms(comm) + 100;
     mep__ft_probe(comm);
-    return 0;
+    return MEP__ADV_WAIT;
   }
-  if (now < o->probe_end) return 0;
+  if (now < o->probe_end) return MEP__ADV_WAIT;
   return fail(req, MEP_ERR_TIMEOUT, "%s: still %s, nothing moved for %d ms "
               "(every rank answers probes: it is alive but not taking part)",
               o->plan.algo, o->waiting, comm->timeout_ms);
@@ -725,7 +703,7 @@ static int advance(mep_req_t *req) {
     if (o->data_done && mep__ft_may_commit(comm) &&
         (!comm->coll->agreement || all_credited(req)))
       return commit(req);
-    return moved ? 2 : 0;
+    return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
   }
   while (!o->data_done && o->step < o->plan.nsteps) {
     if (!o->started) start_step(req);
@@ -733,7 +711,7 @@ static int advance(mep_req_t *req) {
     int r = s < 0 ? 0 : pump_recvs(req);
     if (s < 0 || r < 0) {
       int rc = s < 0 ? s : r;
-      if (req->status < 0) return 1; /* already described */
+      if (req->status < 0) return MEP__ADV_DONE; /* already described */
       return fail(req, rc, "%s", mep_last_error());
     }
     moved |= s | r;
@@ -751,8 +729,9 @@ static int advance(mep_req_t *req) {
     o->deadline = now + (uint64_t)comm->timeout_ms;
     o->probed = 0;
   }
-  if (now >= o->deadline && overdue(req, now)) return 1;
-  return moved ? 2 : 0;
+  if (now >= o->deadline && overdue(req, now) == MEP__ADV_DONE)
+    return MEP__ADV_DONE;
+  return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
 }
 
 static void cleanup(mep_req_t *req) {
@@ -766,7 +745,7 @@ static void cleanup(mep_req_t *req) {
 }
 
 int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
-                    mep_req_t **out) {
+                    const mep__req_hooks_t *hooks, mep_req_t **out) {
   op_t *o = calloc(1, sizeof *o);
   size_t n = (size_t)comm->max_size;
   uint8_t *act = o ? calloc(n, 1) : NULL;
@@ -783,6 +762,7 @@ int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
     mep__coll_spec_free(spec);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }
+  if (hooks) req->hooks = *hooks;
   o->spec = *spec;
   o->act = act;
   o->last_step = ls;

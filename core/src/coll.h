@@ -10,7 +10,12 @@
  * disagree get MEP_ERR_MISMATCH instead of corrupt data. Signals are chunk
  * sequence numbers per pair that only grow; the receiver returns a credit
  * (the sequence number it consumed) so the sender knows when a slot is
- * free again. */
+ * free again.
+ *
+ * The engine (coll.c) runs on the request engine (req.c) and the failure
+ * detector (ft.c), builds its plans with plan.c and moves data with
+ * put/signal (rma.c); the entry points (coll_api.c) sit above it. It
+ * answers the failure detector through comm->coll_done_from. */
 #ifndef MEP_SRC_COLL_H
 #define MEP_SRC_COLL_H
 
@@ -18,6 +23,8 @@
 #include <stdint.h>
 
 #include "comm.h"
+#include "plan.h"
+#include "req.h"
 
 /* At communicator creation, after connections, on every rank in the same
  * order: registers the staging regions. */
@@ -30,92 +37,39 @@ void mep__coll_fini(mep_comm_t *comm);
  * reads or sets the number of collectives started (equal on all ranks). */
 void mep__coll_reset_peer(mep_comm_t *comm, int peer);
 uint64_t mep__coll_ops(const mep_comm_t *comm);
-/* Whether p told this rank it holds all data of the running collective:
- * then p closing its communicator is no failure of that collective. */
-int mep__coll_done_from(const mep_comm_t *comm, int p);
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
 
-enum {
-  MEP__COLL_BROADCAST,
-  MEP__COLL_REDUCE,
-  MEP__COLL_ALLREDUCE,
-  MEP__COLL_ALLGATHER,
-  MEP__COLL_REDUCE_SCATTER,
-  MEP__COLL_ALLTOALL,
-  MEP__COLL_ALLTOALLV,
-  MEP__COLL_GATHER,
-  MEP__COLL_SCATTER,
-  MEP__COLL_BARRIER,
-  MEP__COLL_PEER_STATE, /* membership barriers (recover.c) */
-  MEP__COLL_RECOVER,
-};
+/* Starts `spec` (ownership passes) as a collective request, with the
+ * request hooks `hooks` (NULL: none; req.h). */
+int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
+                    const mep__req_hooks_t *hooks, mep_req_t **out);
 
-/* What a rank does in one step. Arrays have one entry per rank. */
-typedef struct mep__step {
-  int reduce; /* 0: messages are copied; 1: reduced in rank order */
-  uint8_t *send_to;       /* 1 if a message goes to rank p */
-  const uint8_t **sptr;   /* its bytes */
-  size_t *sbytes;
-  uint8_t *recv_from;     /* 1 if a message comes from rank p (to copy:
-                             every rank but the one reducing) */
-  uint8_t **rptr;         /* where it lands */
-  size_t *rbytes;         /* its expected length */
-  /* reduce: every rank's contribution of rlen bytes is combined in rank
-   * order into rout; rself is this rank's. Only when rlen > 0 or
-   * reduce_here. */
-  int reduce_here;
-  const uint8_t *rself;
-  uint8_t *rout;
-  size_t rlen;
-} mep__step_t;
+/* ------------------------------------------- the entry points (coll_api.c)
+ * Above the engine: they check the arguments, build the spec and start
+ * it. */
 
-/* A collective: its identity (for the digest and messages) and steps. */
-typedef struct mep__plan {
-  int kind;
-  mep_dtype_t dtype;
-  mep_op_t op;
-  size_t count;
-  int root;
-  const char *algo;       /* "one-shot", "two-shot", "direct" */
-  int nsteps;
-  mep__step_t steps[2];
-} mep__plan_t;
-
-/* A collective as the user called it, validated: the engine builds its
- * plan from this when it starts, and again over the survivors when ranks
- * are lost. */
-typedef struct mep__coll_spec {
-  int kind;
-  mep_dtype_t dtype;
-  mep_op_t op;
-  size_t count;
-  int root;        /* -1: none */
+/* A collective of one count, as its mep.h entry point takes it:
+ * broadcast's buffer is `recv`; `op` counts for reductions only, `root`
+ * for rooted collectives only. */
+typedef struct mep__coll_call {
+  int kind; /* broadcast, reduce, allreduce, allgather, reduce_scatter,
+               alltoall, gather or scatter */
   const void *send;
-  void *recv;      /* broadcast: the buffer */
-  size_t *v;       /* alltoallv: send counts, displs, recv counts, displs */
-  size_t copy_bytes; /* in place: bytes of send copied aside at the start */
-} mep__coll_spec_t;
-void mep__coll_spec_free(mep__coll_spec_t *s);
+  void *recv;
+  size_t count;
+  mep_dtype_t dtype;
+  mep_op_t op;
+  int root;
+} mep__coll_call_t;
 
-/* The plan of `s` for this rank over the ranks with act[r] != 0.
- * MEP_ERR_PEER_FAILED when its root is not among them. */
-int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
-                    const uint8_t *act, mep__plan_t *p);
+/* Starts `c` as its mep.h entry point does (the same checks and
+ * messages), with the request hooks `hooks` (NULL: none): how the CUDA
+ * staged path (cuda_stage.c) holds a host collective until its input is
+ * copied in. */
+int mep__coll_submit(mep_comm_t *comm, const mep__coll_call_t *c,
+                     const mep__req_hooks_t *hooks, mep_req_t **req);
 
 /* A barrier of `kind` whose `tag` every rank must pass equal; blocking. */
 int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag);
-
-/* Allocates the per-rank arrays of a step (zeroed). */
-int mep__step_alloc(mep__step_t *st, int size);
-
-/* Starts `spec` (ownership passes) as a collective request. */
-int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,
-                    mep_req_t **out);
-
-/* [core] two_shot_bytes: the one-shot/two-shot switch. */
-size_t mep__coll_two_shot(const mep_comm_t *comm);
-
-/* Frees a plan's arrays and owned buffers. */
-void mep__plan_free(mep__plan_t *plan);
 
 #endif

@@ -1,53 +1,22 @@
-/* comm.c - creating a communicator: secret, transports, cards, routes and
- * connections; and tearing it down. */
+/* comm.c - the creation steps of a communicator: store keys, the job
+ * secret, transports, cards, routes and connections; and unloading the
+ * transports at the end. Creation (comm_api.c) and recovery (recover.c)
+ * call these; they call only the leaves (store, plugin, route, config). */
 #include "comm.h"
 
 #include <errno.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "error.h"
 #include "log.h"
-#include "coll.h"
-#include "cudapath.h"
-#include "devroute.h"
-#include "ft.h"
-#include "p2p.h"
 #include "plugin.h"
-#include "req.h"
 
 #define MAX_TRANSPORTS 32
-
-uint64_t mep__now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms) {
-  return timeout_ms < 0 ? comm->timeout_ms : timeout_ms;
-}
-
-void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
-                         const char *why) {
-  if (peer < 0 || peer >= comm->max_size) return;
-  int expected = 0;
-  if (!atomic_compare_exchange_strong(&comm->peers[peer].failed, &expected,
-                                      code))
-    return;
-  if (code == MEP_ERR_CLOSED) /* it destroyed its communicator: no fault */
-    mep__info("rank %d closed its communicator (%s)", peer,
-              why ? why : "reported by its transport");
-  else
-    mep__warn("rank %d failed: %s (%s)", peer, mep_strerror(code),
-              why ? why : "reported by its transport");
-}
 
 /* ------------------------------------------------------------- store keys */
 
@@ -375,41 +344,7 @@ static void drop_unused(mep_comm_t *comm) {
   }
 }
 
-/* ---------------------------------------------------------------- create */
-
-/* Whether the caller's opts struct has `field` (older callers pass a
- * smaller struct). */
-#define HAS(opts, field)                                                  \
-  ((opts) && (opts)->struct_size >= offsetof(mep_comm_opts_t, field) +    \
-                                        sizeof((opts)->field))
-
-static int configure(mep_comm_t *comm, const mep_comm_opts_t *opts) {
-  const mep_config_t *cfg = HAS(opts, config) ? opts->config : NULL;
-  int rc = MEP_OK;
-  if (!cfg) {
-    rc = mep_config_load(NULL, &comm->own_cfg);
-    cfg = comm->own_cfg;
-  }
-  if (rc) return rc;
-  comm->cfg = cfg;
-  mep_log_level_t lvl;
-  const char *lvl_name = mep_config_get(cfg, "core", "log_level");
-  if (lvl_name && mep_log_parse_level(lvl_name, &lvl) == MEP_OK)
-    mep__log_default_level(lvl);
-  else if (lvl_name)
-    return mep__err(MEP_ERR_CONFIG, "core.log_level = '%s' (from %s) is not "
-                    "one of error, warn, info, debug, trace", lvl_name,
-                    mep__config_origin(cfg, "core", "log_level"));
-  int64_t t;
-  rc = mep__config_int(cfg, "core", "timeout_ms", 30000, 1, INT32_MAX, &t);
-  if (rc) return rc;
-  comm->timeout_ms = (int)t;
-  if (HAS(opts, timeout_ms) && opts->timeout_ms > 0)
-    comm->timeout_ms = opts->timeout_ms;
-  const char *name = HAS(opts, name) && opts->name ? opts->name : "mep";
-  comm->ns = strdup(name);
-  return comm->ns ? MEP_OK : mep__err(MEP_ERR_NOMEM, "out of memory");
-}
+/* ----------------------------------------------------------- together */
 
 int mep__comm_secret_and_card(mep_comm_t *comm) {
   int rc = exchange_secret(comm);
@@ -418,7 +353,7 @@ int mep__comm_secret_and_card(mep_comm_t *comm) {
   return rc;
 }
 
-static int build(mep_comm_t *comm) {
+int mep__comm_connect(mep_comm_t *comm) {
   mep__card_t *cards = calloc((size_t)comm->size, sizeof *cards);
   if (!cards) return mep__err(MEP_ERR_NOMEM, "out of memory");
   int rc = mep__comm_secret_and_card(comm);
@@ -427,117 +362,12 @@ static int build(mep_comm_t *comm) {
   if (rc == MEP_OK) rc = choose_routes(comm, cards);
   if (rc == MEP_OK) drop_unused(comm);
   if (rc == MEP_OK) rc = connect_all(comm, cards);
-  if (rc == MEP_OK) rc = mep__comm_setup_state(comm);
-  if (rc == MEP_OK) rc = mep__comm_import_state(comm);
-  if (rc == MEP_OK) rc = mep__progress_start(comm);
   for (int p = 0; p < comm->size; p++) mep__card_free(&cards[p]);
   free(cards);
   return rc;
 }
 
-/* Registers the staging of collectives, point-to-point and the control
- * channel: the same regions in the same order on every rank. */
-int mep__comm_setup_state(mep_comm_t *comm) {
-  int rc = mep__coll_init(comm);
-  if (rc == MEP_OK) rc = mep__p2p_init(comm);
-  if (rc == MEP_OK) rc = mep__ft_init(comm);
-  return rc;
-}
-
-/* Imports the active peers' instances of those regions, so that no
- * collective, message or agreement waits on the store later. Imports
- * already made are kept. */
-int mep__comm_import_state(mep_comm_t *comm) {
-  int rc = mep__coll_connect(comm);
-  if (rc == MEP_OK) rc = mep__p2p_connect(comm, mep__ft_act(comm));
-  if (rc == MEP_OK) rc = mep__ft_connect(comm);
-  return rc;
-}
-
-int mep_comm_create(mep_store_t *store, int rank, int size,
-                    const mep_comm_opts_t *opts, mep_comm_t **out) {
-  if (!store || !out || !store->set || !store->get)
-    return mep__err(MEP_ERR_INVALID, "mep_comm_create: NULL store or out");
-  int max = HAS(opts, max_size) && opts->max_size > size ? opts->max_size
-                                                         : size;
-  int join = HAS(opts, join) && opts->join;
-  if (size < 1 || rank < 0 || rank >= size)
-    return mep__err(MEP_ERR_INVALID, "mep_comm_create: rank %d is not in "
-                                     "[0, %d)", rank, size);
-  if (join && !store->add)
-    return mep__err(MEP_ERR_INVALID, "mep_comm_create: joining needs a "
-                    "store with add()");
-  mep_comm_t *comm = calloc(1, sizeof *comm);
-  if (!comm) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  comm->rank = rank;
-  comm->size = size;
-  comm->max_size = max;
-  comm->joining = join;
-  comm->store = store;
-  pthread_mutex_init(&comm->lock, NULL);
-  pthread_mutex_init(&comm->engine_lock, NULL);
-  pthread_mutex_init(&comm->wait_mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&comm->wait_cv, &ca);
-  pthread_condattr_destroy(&ca);
-  mep__log_set_rank(rank);
-  comm->peers = calloc((size_t)max, sizeof *comm->peers);
-  comm->incarnation = calloc((size_t)max, sizeof *comm->incarnation);
-  int rc = comm->peers && comm->incarnation
-               ? configure(comm, opts)
-               : mep__err(MEP_ERR_NOMEM, "out of memory");
-  if (rc == MEP_OK) rc = join ? mep__comm_join(comm) : build(comm);
-  if (rc) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", mep_last_error());
-    mep_comm_destroy(comm);
-    return mep__err(rc, "%s", msg);
-  }
-  *out = comm;
-  return MEP_OK;
-}
-
-int mep_comm_destroy(mep_comm_t *comm) {
-  if (!comm) return MEP_OK;
-  mep__progress_stop(comm);
-  mep__engine_close(comm);
-  mep__cuda_fini(comm);
-  mep__devroute_fini(comm);
-  /* Endpoints close before regions go: a peer's late credit or signal must
-   * not arrive for a region that no longer exists (the transport would take
-   * it for an attack). */
-  for (int p = 0; comm->peers && p < comm->max_size; p++) {
-    mep__peer_t *peer = &comm->peers[p];
-    if (peer->ep) comm->tps[peer->tp].vt->close(peer->ep);
-  }
-  mep__ft_fini(comm);
-  mep__p2p_fini(comm);
-  mep__coll_fini(comm);
-  while (comm->nregions) mep_region_deregister(comm->regions[0]);
-  free(comm->regions);
+void mep__comm_unload(mep_comm_t *comm) {
   for (int i = 0; i < comm->ntps; i++) unload_transport(&comm->tps[i]);
   mep__card_free(&comm->card);
-  mep_config_free(comm->own_cfg);
-  pthread_mutex_destroy(&comm->lock);
-  pthread_mutex_destroy(&comm->engine_lock);
-  pthread_mutex_destroy(&comm->wait_mu);
-  pthread_cond_destroy(&comm->wait_cv);
-  free(comm->tps);
-  free(comm->peers);
-  free(comm->incarnation);
-  free(comm->ns);
-  free(comm);
-  return MEP_OK;
-}
-
-int mep_comm_rank(const mep_comm_t *comm) { return comm ? comm->rank : -1; }
-int mep_comm_size(const mep_comm_t *comm) { return comm ? comm->size : -1; }
-
-const char *mep_comm_route(const mep_comm_t *comm, int peer) {
-  if (!comm || peer < 0 || peer >= comm->size) return NULL;
-  if (peer == comm->rank) return "self";
-  int t = comm->peers[peer].tp;
-  return comm->peers[peer].ep ? comm->tps[t].name : NULL;
 }

@@ -1,5 +1,12 @@
-/* comm.h - the communicator's internals, shared by comm, region, rma and
- * progress. */
+/* comm.h - the communicator's internals, shared by every part of the core:
+ * its creation steps (comm.c), the subsystems' state (comm_state.c), the
+ * peer table (peer.c), progress, regions, put/signal and the engine.
+ *
+ * The layers (docs/architecture.md, "Layering") call downward only; where
+ * a lower one must reach an upper one, the upper one registers callbacks
+ * here: the request engine with the progress thread (progress_hooks), the
+ * subsystems with the engine (engine_hooks), the collectives with the
+ * failure detector (coll_done_from). */
 #ifndef MEP_SRC_COMM_H
 #define MEP_SRC_COMM_H
 
@@ -7,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "mep/mep.h"
 #include "mep/transport.h"
 #include "route.h"
@@ -32,6 +40,25 @@ typedef struct mep__peer {
 } mep__peer_t;
 
 typedef struct mep__progress mep__progress_t;
+
+/* The request engine (req.c), as the progress thread (progress.c) calls
+ * it: a pass over the requests (> 0: work done, keep spinning), and
+ * whether requests are pending (the thread must not sleep on fds). */
+typedef struct mep__progress_hooks {
+  int (*advance)(mep_comm_t *comm);
+  int (*busy)(mep_comm_t *comm);
+} mep__progress_hooks_t;
+
+/* Work a subsystem (p2p.c, ft.c) does on every pass of the engine, with
+ * the engine lock held: advance returns > 0 when it did something; busy
+ * (may be NULL) says the engine must keep polling. The phase places it
+ * around the request lists (req.h, mep__engine_add_hook). */
+typedef struct mep__engine_hook {
+  int phase;
+  int (*advance)(mep_comm_t *comm);
+  int (*busy)(mep_comm_t *comm);
+} mep__engine_hook_t;
+#define MEP__ENGINE_MAX_HOOKS 4
 
 struct mep_comm {
   int rank, size;
@@ -61,9 +88,12 @@ struct mep_comm {
   _Atomic int first_error_peer;
 
   mep__progress_t *progress;
+  mep__progress_hooks_t progress_hooks; /* registered by req.c */
 
   /* Requests (req.c): collectives run in order, one at a time. */
   pthread_mutex_t engine_lock;
+  mep__engine_hook_t engine_hooks[MEP__ENGINE_MAX_HOOKS]; /* p2p.c, ft.c */
+  int nengine_hooks;
   mep_req_t *coll_head, *p2p_head;
   _Atomic int engine_pending;
   int engine_closed;
@@ -77,25 +107,45 @@ struct mep_comm {
   struct mep__ft *ft;     /* active set, control channel (ft.c) */
   struct mep__cuda *cuda; /* CUDA collectives (cuda_*.c), NULL until used */
   struct mep__devroutes *devroutes; /* GPU kernels' routes (devroute.c) */
+  /* Registered by the collective engine (coll.c) for the failure detector
+   * (ft.c): whether p told this rank it holds all data of the running
+   * collective, so that p closing its communicator is no failure of it. */
+  int (*coll_done_from)(const mep_comm_t *comm, int p);
 };
 
-/* Marks `peer` failed with `code` (first failure wins) and logs it once. */
+/* Marks `peer` failed with `code` (first failure wins) and logs it once
+ * (peer.c). */
 void mep__comm_fail_peer(mep_comm_t *comm, int peer, int code,
                          const char *why);
 
-/* Creation steps shared with recovery (comm.c, recover.c). */
+/* The creation steps (comm.c), shared by creation (comm_api.c) and
+ * recovery (recover.c): the job secret, the transports and this rank's
+ * card; a peer's card; the route to a peer and its connection. */
 struct mep__card;
-int mep__comm_setup_state(mep_comm_t *comm);
-int mep__comm_import_state(mep_comm_t *comm);
+int mep__comm_secret_and_card(mep_comm_t *comm);
 int mep__comm_fetch_card(mep_comm_t *comm, int peer, struct mep__card *card);
 int mep__comm_connect_peer(mep_comm_t *comm, int p,
                            const struct mep__card *card, mep_tp_ep_t **ep);
-int mep__comm_secret_and_card(mep_comm_t *comm);
+/* All of them for a new group: secret, card, every peer's card, routes
+ * (closing the transports no route uses) and connections. */
+int mep__comm_connect(mep_comm_t *comm);
+/* At destroy, after the endpoints closed: the transports and the card. */
+void mep__comm_unload(mep_comm_t *comm);
+
+/* The subsystems' state (comm_state.c): the collectives', point-to-point's
+ * and the control channel's regions, registered in the same order on
+ * every rank, then the active peers' imported. */
+int mep__comm_setup_state(mep_comm_t *comm);
+int mep__comm_import_state(mep_comm_t *comm);
+
+/* Joining a running group (recover.c). */
 int mep__comm_join(mep_comm_t *comm);
 
-/* Deadline helpers: milliseconds on CLOCK_MONOTONIC. */
-uint64_t mep__now_ms(void);
-int mep__timeout_or_default(const mep_comm_t *comm, int timeout_ms);
+/* A timeout argument: negative means the communicator's. */
+static inline int mep__timeout_or_default(const mep_comm_t *comm,
+                                          int timeout_ms) {
+  return timeout_ms < 0 ? comm->timeout_ms : timeout_ms;
+}
 
 /* The progress engine (progress.c): one thread per communicator that
  * polls every used transport and accounts completions. Waiters announce
@@ -106,12 +156,6 @@ void mep__progress_waiter_enter(mep_comm_t *comm);
 void mep__progress_waiter_leave(mep_comm_t *comm);
 /* Wakes the thread if it sleeps (work was submitted). */
 void mep__progress_kick(mep_comm_t *comm);
-/* Adaptive backoff for loops that wait on memory: spin, then yield, then
- * sleep in growing steps up to a small bound. */
-typedef struct mep__backoff {
-  unsigned rounds;
-} mep__backoff_t;
-void mep__backoff(mep__backoff_t *b);
 
 /* A thread waiting for something first makes progress itself for a short
  * while (small messages then finish without any thread hand-off), keeping
@@ -131,6 +175,5 @@ typedef struct mep__waiter {
 void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm);
 int mep__wait_step(mep__waiter_t *w);
 void mep__wait_end(mep__waiter_t *w);
-
 
 #endif

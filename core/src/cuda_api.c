@@ -1,37 +1,15 @@
 /* cuda_api.c - the public CUDA collectives: checks, then the kernel path
- * where it is set up, else the staged path. Without CUDA in the build
- * they say so. */
+ * (cuda_kpath.c) where it is set up, else the staged path (cuda_stage.c).
+ * Without CUDA in the build they say so. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
 #include "config.h"
 #include "cudapath.h"
 #include "error.h"
 #include "log.h"
-
-size_t mep__cuda_in_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op) {
-  size_t b = op->count * mep_dtype_size(op->dtype);
-  switch (op->kind) {
-  case MEP__COLL_REDUCE_SCATTER:
-  case MEP__COLL_ALLTOALL:
-    return b * (size_t)comm->size;
-  default:
-    return b;
-  }
-}
-
-size_t mep__cuda_out_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op) {
-  size_t b = op->count * mep_dtype_size(op->dtype);
-  switch (op->kind) {
-  case MEP__COLL_ALLGATHER:
-  case MEP__COLL_ALLTOALL:
-    return b * (size_t)comm->size;
-  default:
-    return b;
-  }
-}
+#include "plan.h"
 
 static int check_op(const mep_comm_t *comm, const mep__cuda_op_t *op,
                     const char *name) {

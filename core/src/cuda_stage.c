@@ -9,7 +9,8 @@
  * engine holds it at the head of the queue until the copy-in event passed
  * (req.h's gate); when it finishes, whatever the outcome, the flag is
  * raised. Neither the calling thread nor the progress thread ever blocks
- * on the GPU.
+ * on the GPU. The host collective goes through mep__coll_submit (coll.h),
+ * which hands the gate to the engine with the request.
  *
  * Buffers and events belong to a job; a job is reused once the stream
  * passed its copy-out. */
@@ -139,23 +140,23 @@ static void settled(mep_req_t *req, void *arg) {
 }
 
 static int host_coll(mep_comm_t *comm, const mep__cuda_op_t *op,
-                     const void *in, void *out, mep_req_t **req) {
+                     const void *in, void *out, job_t *j, mep_req_t **req) {
   switch (op->kind) {
   case MEP__COLL_ALLREDUCE:
-    return mep_allreduce(comm, in, out, op->count, op->dtype, op->op, req);
   case MEP__COLL_ALLGATHER:
-    return mep_allgather(comm, in, out, op->count, op->dtype, req);
   case MEP__COLL_REDUCE_SCATTER:
-    return mep_reduce_scatter(comm, in, out, op->count, op->dtype, op->op,
-                              req);
   case MEP__COLL_ALLTOALL:
-    return mep_alltoall(comm, in, out, op->count, op->dtype, req);
-  case MEP__COLL_BROADCAST:
-    return mep_broadcast(comm, out, op->count, op->dtype, op->root, req);
+  case MEP__COLL_BROADCAST: /* its buffer: out */
+    break;
   default:
     return mep__err(MEP_ERR_INVALID, "collective %d on CUDA memory",
                     op->kind);
   }
+  mep__coll_call_t call = {.kind = op->kind, .send = in, .recv = out,
+                           .count = op->count, .dtype = op->dtype,
+                           .op = op->op, .root = op->root};
+  mep__req_hooks_t hooks = {.gate = gate, .on_settle = settled, .arg = j};
+  return mep__coll_submit(comm, &call, &hooks, req);
 }
 
 /* The stream's part: copy in, the event the gate waits for, the wait on
@@ -199,10 +200,8 @@ int mep__stage_run(mep_comm_t *comm, mep__cuda_t *cu,
   /* Submitted first, held by the gate: if it cannot be submitted nothing
    * goes on the stream, and the flag keeps counting only real ops. */
   mep_req_t *hreq = NULL;
-  mep__req_next_hooks(gate, settled, j);
   rc = host_coll(comm, op, op->kind == MEP__COLL_ALLREDUCE &&
-                 op->send == op->recv ? hout : j->host, hout, &hreq);
-  mep__req_next_hooks(NULL, NULL, NULL);
+                 op->send == op->recv ? hout : j->host, hout, j, &hreq);
   if (rc < 0) {
     j->used = 0;
     return rc;

@@ -1,11 +1,35 @@
-/* cuda_util.c - what the kernel and the staged path share: CUDA errors as
- * mep errors, pointer and capture checks. */
+/* cuda_util.c - what the entry points, the kernel and the staged path
+ * share: an op's sizes, CUDA errors as mep errors, pointer and capture
+ * checks. Below all three: it calls none of them. */
 #ifdef MEP_HAVE_CUDA
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "cudapath.h"
 #include "error.h"
+#include "plan.h"
+
+size_t mep__cuda_in_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op) {
+  size_t b = op->count * mep_dtype_size(op->dtype);
+  switch (op->kind) {
+  case MEP__COLL_REDUCE_SCATTER:
+  case MEP__COLL_ALLTOALL:
+    return b * (size_t)comm->size;
+  default:
+    return b;
+  }
+}
+
+size_t mep__cuda_out_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op) {
+  size_t b = op->count * mep_dtype_size(op->dtype);
+  switch (op->kind) {
+  case MEP__COLL_ALLGATHER:
+  case MEP__COLL_ALLTOALL:
+    return b * (size_t)comm->size;
+  default:
+    return b;
+  }
+}
 
 int mep__cuda_err(cudaError_t e, const char *fmt, ...) {
   char what[256];

@@ -1,7 +1,9 @@
 /* cudapath.h - CUDA collectives inside the core: the kernel path over peers'
  * mapped memory (cuda_kpath.c), the staged path through pinned host memory
  * (cuda_stage.c), and what both share (cuda_util.c). Only built with
- * MEP_HAVE_CUDA; cuda_api.c holds the public entry points either way. */
+ * MEP_HAVE_CUDA; cuda_api.c holds the public entry points either way and
+ * calls down to the two paths, which call cuda_util.c and the host
+ * collectives (coll_api.c), never back up. */
 #ifndef MEP_SRC_CUDAPATH_H
 #define MEP_SRC_CUDAPATH_H
 
@@ -23,12 +25,12 @@ typedef struct mep__cuda_op {
   void *stream;
 } mep__cuda_op_t;
 
+#ifdef MEP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 /* Bytes of the op's input and output on this rank. */
 size_t mep__cuda_in_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op);
 size_t mep__cuda_out_bytes(const mep_comm_t *comm, const mep__cuda_op_t *op);
-
-#ifdef MEP_HAVE_CUDA
-#include <cuda_runtime_api.h>
 
 struct mep__kpath;
 struct mep__stage;

@@ -298,42 +298,47 @@ static int connect_peers(mep_devwin_t *w, const uint8_t *act) {
                           w->failed, &w->proxy);
 }
 
-/* A step's end: every rank says whether it failed (MAX of the flags). */
-static int agree(mep_comm_t *comm, int64_t *v, int n, const char *step) {
-  int rc = mep_allreduce(comm, v, v, (size_t)n, MEP_INT64, MEP_MAX, NULL);
-  return rc < 0 ? mep__err_wrap(rc, "device window: %s", step) : MEP_OK;
-}
-
-/* Ends a failed creation: this rank's own error, else the group's. */
-static int fail(mep_devwin_t *w, int rc, const char *msg) {
-  char m[1024];
-  snprintf(m, sizeof m, "%s", msg);
+/* Ends a failed creation, keeping the message that says why. */
+static int fail(mep_devwin_t *w, int rc) {
+  mep__errsave_t why;
+  mep__err_save(&why);
   if (w->proxy) mep__proxy_stop(w->proxy, 0);
   free_win(w);
-  return mep__err(rc, "%s", m);
+  return mep__err_restore(&why, rc);
+}
+
+/* A step's end: every rank says whether it failed (MAX of v, whose last
+ * entry is this rank's failure flag). The step fails with this rank's
+ * own error (rc, its message saved before the agreement ran), else the
+ * agreement's, else because another rank failed. */
+static int agree(mep_devwin_t *w, int rc, int64_t *v, int n,
+                 const char *step) {
+  mep__errsave_t mine;
+  mep__err_save(&mine);
+  v[n - 1] = rc != 0;
+  int arc = mep_allreduce(w->comm, v, v, (size_t)n, MEP_INT64, MEP_MAX,
+                          NULL);
+  if (rc) return fail(w, mep__err_restore(&mine, rc));
+  if (arc < 0) return fail(w, mep__err_wrap(arc, "device window: %s", step));
+  if (v[n - 1])
+    return fail(w, mep__err(MEP_ERR_SYSTEM, "device window: another rank "
+                            "failed %s (its mep_last_error says why)", step));
+  return MEP_OK;
 }
 
 static int create(mep_devwin_t *w, const uint8_t *act) {
   mep_comm_t *comm = w->comm;
-  char msg[1024] = "";
   int need = 0;
   int rc = local_part(w, act, &need);
-  if (rc) snprintf(msg, sizeof msg, "%s", mep_last_error());
   uint64_t mine = __atomic_load_n(&next_serial, __ATOMIC_RELAXED);
   int64_t v[5] = {(int64_t)mine, (int64_t)w->bytes, -(int64_t)w->bytes, need,
-                  rc != 0};
-  int arc = agree(comm, v, 5, "agreeing on its size");
-  if (rc) return fail(w, rc, msg);
-  if (arc) return fail(w, arc, mep_last_error());
-  if (v[4])
-    return fail(w, MEP_ERR_SYSTEM, "device window: another rank failed to "
-                "create its part (its mep_last_error says why)");
-  if (v[1] != -v[2]) {
-    snprintf(msg, sizeof msg, "mep_devwin_create: the ranks asked for "
-             "different sizes (%lld to %lld bytes; this rank %zu)",
-             (long long)-v[2], (long long)v[1], w->bytes);
-    return fail(w, MEP_ERR_MISMATCH, msg);
-  }
+                  0};
+  if ((rc = agree(w, rc, v, 5, "creating its part"))) return rc;
+  if (v[1] != -v[2])
+    return fail(w, mep__err(MEP_ERR_MISMATCH, "mep_devwin_create: the ranks "
+                            "asked for different sizes (%lld to %lld bytes; "
+                            "this rank %zu)", (long long)-v[2],
+                            (long long)v[1], w->bytes));
   w->serial = (uint64_t)v[0];
   /* later windows of this process get a larger serial on every rank */
   uint64_t cur = mine;
@@ -346,14 +351,8 @@ static int create(mep_devwin_t *w, const uint8_t *act) {
                           w->routes, &w->share);
   if (rc) mep__err_wrap(rc, "device window: sharing its device part");
   if (!rc && v[3]) rc = host_part(w);
-  if (rc) snprintf(msg, sizeof msg, "%s", mep_last_error());
-  int64_t f = rc != 0;
-  arc = agree(comm, &f, 1, "allocating its parts");
-  if (rc) return fail(w, rc, msg);
-  if (arc) return fail(w, arc, mep_last_error());
-  if (f)
-    return fail(w, MEP_ERR_SYSTEM, "device window: another rank failed to "
-                "allocate its parts (its mep_last_error says why)");
+  int64_t f[1];
+  if ((rc = agree(w, rc, f, 1, "allocating its parts"))) return rc;
 
   /* every rank registers (or none, above): region ids stay in step */
   if (w->host_base)
@@ -362,15 +361,7 @@ static int create(mep_devwin_t *w, const uint8_t *act) {
   if (rc) mep__err_wrap(rc, "device window: registering its host part");
   if (!rc) rc = connect_peers(w, act);
   if (!rc) rc = descriptor(w);
-  if (rc) snprintf(msg, sizeof msg, "%s", mep_last_error());
-  f = rc != 0;
-  arc = agree(comm, &f, 1, "connecting the peers");
-  if (rc) return fail(w, rc, msg);
-  if (arc) return fail(w, arc, mep_last_error());
-  if (f)
-    return fail(w, MEP_ERR_SYSTEM, "device window: another rank failed to "
-                "connect its peers (its mep_last_error says why)");
-  return MEP_OK;
+  return agree(w, rc, f, 1, "connecting the peers");
 }
 
 int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
@@ -403,7 +394,7 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
     if (w) free_win(w);
     /* the first step's agreement, so the others fail at once too */
     int64_t v[5] = {0, 0, 0, 0, 1};
-    agree(comm, v, 5, "agreeing on its size");
+    mep_allreduce(comm, v, v, 5, MEP_INT64, MEP_MAX, NULL);
     return mep__err(MEP_ERR_NOMEM, "mep_devwin_create: out of memory");
   }
   cudaGetDevice(&w->device);

@@ -5,9 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MEP_ERRMSG_LEN 1024
-
-static _Thread_local char errmsg[MEP_ERRMSG_LEN];
+static _Thread_local char errmsg[MEP__ERRMSG_LEN];
 
 static const char *const names[] = {
     [0] = "MEP_OK: success",
@@ -43,6 +41,14 @@ const char *mep_last_error(void) { return errmsg; }
 
 void mep__err_clear(void) { errmsg[0] = '\0'; }
 
+void mep__err_save(mep__errsave_t *s) {
+  snprintf(s->msg, sizeof s->msg, "%s", errmsg);
+}
+
+int mep__err_restore(const mep__errsave_t *s, int code) {
+  return mep__err(code, "%s", s->msg);
+}
+
 int mep__verr(int code, const char *fmt, va_list ap) {
   vsnprintf(errmsg, sizeof errmsg, fmt, ap);
   return code;
@@ -68,7 +74,7 @@ int mep__err_errno(int code, int errno_value, const char *fmt, ...) {
 }
 
 int mep_set_error(int code, int wrap, const char *fmt, ...) {
-  char msg[MEP_ERRMSG_LEN];
+  char msg[MEP__ERRMSG_LEN];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -77,7 +83,7 @@ int mep_set_error(int code, int wrap, const char *fmt, ...) {
 }
 
 int mep__err_wrap(int code, const char *fmt, ...) {
-  char old[MEP_ERRMSG_LEN];
+  char old[MEP__ERRMSG_LEN];
   memcpy(old, errmsg, sizeof old);
   va_list ap;
   va_start(ap, fmt);

@@ -24,4 +24,18 @@ int mep__err_wrap(int code, const char *fmt, ...) MEP_PRINTF(2, 3);
 /* Clears the calling thread's message. */
 void mep__err_clear(void);
 
+#define MEP__ERRMSG_LEN 1024
+
+/* The calling thread's message, kept across cleanup that may overwrite
+ * it, so a failure is reported with its own cause:
+ *   mep__errsave_t s;
+ *   mep__err_save(&s);
+ *   mep_comm_destroy(comm);
+ *   return mep__err_restore(&s, rc);  (the code and the saved message) */
+typedef struct mep__errsave {
+  char msg[MEP__ERRMSG_LEN];
+} mep__errsave_t;
+void mep__err_save(mep__errsave_t *s);
+int mep__err_restore(const mep__errsave_t *s, int code);
+
 #endif

@@ -1,4 +1,9 @@
-/* ft.c - the control channel, failure detection and agreement (ft.h). */
+/* ft.c - the control channel, failure detection and agreement (ft.h).
+ * Runs as a pass of the request engine after the request lists (it
+ * registers itself, req.h); asks the collective engine, which sits above
+ * it, only through the callback the engine registers
+ * (comm->coll_done_from); claims decisions through ft_claim.c and adopts
+ * what they settle on. */
 #include "ft.h"
 
 #include <stdio.h>
@@ -6,12 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "coll.h"
 #include "config.h"
 #include "error.h"
 #include "ft_state.h"
 #include "log.h"
 #include "region.h"
+#include "req.h"
 
 #define CTL_MAGIC 0x4c544346u /* "FCTL" */
 #define CTL_AGREE 1u
@@ -53,7 +58,10 @@ int mep__ft_init(mep_comm_t *comm) {
   comm->ft = ft;
   pthread_mutex_init(&ft->mu, NULL);
   int64_t probe;
-  int rc = mep__config_known_int(comm->cfg, "core", "probe_ms", &probe);
+  int rc = mep__engine_add_hook(comm, MEP__ENGINE_AFTER, mep__ft_progress,
+                                mep__ft_busy);
+  if (rc == MEP_OK)
+    rc = mep__config_known_int(comm->cfg, "core", "probe_ms", &probe);
   int agree = 0;
   if (rc == MEP_OK)
     rc = mep__config_choice(comm->cfg, "core", "agreement", &agree);
@@ -233,8 +241,9 @@ static void drop_peer(mep_comm_t *comm, int p) {
   peer->ep = NULL;
 }
 
-void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
-                   uint64_t decided, const char *how) {
+/* Makes `act` the active set at `epoch` (dropping the others). */
+static void adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
+                  uint64_t decided, const char *how) {
   mep__ft_t *ft = comm->ft;
   if (epoch <= ft->epoch) return;
   char lost[256] = "";
@@ -312,8 +321,7 @@ static int receive(mep_comm_t *comm, int from) {
   if (h.pong > ps->pong_seen) ps->pong_seen = h.pong;
   if (h.epoch > ft->epoch) {
     if (!admits(ft, ft->scratch + sizeof h, comm->max_size))
-      mep__ft_adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided,
-                    "announced");
+      adopt(comm, h.epoch, ft->scratch + sizeof h, h.decided, "announced");
   } else if (h.epoch < ft->epoch) {
     ft->dirty[from] = 1; /* it is behind: tell it */
   } else if ((h.flags & CTL_AGREE) && !ft->agreeing) {
@@ -417,7 +425,9 @@ static void run_agreement(mep_comm_t *comm, uint64_t now) {
     if (ft->suspect[p]) pending--;
   }
   if (!pending && !ft->cl.epoch) decide(comm);
-  if (ft->cl.epoch) mep__ft_claim_settle(comm, now);
+  mep__ft_decision_t d;
+  if (ft->cl.epoch && mep__ft_claim_settle(comm, now, &d))
+    adopt(comm, d.epoch, d.set, d.decided, "decided");
 }
 
 /* ------------------------------------------------------------ the loop */
@@ -437,7 +447,9 @@ int mep__ft_progress(mep_comm_t *comm) {
     int failed = atomic_load(&comm->peers[p].failed);
     /* A rank that finished the running collective and left is dropped
      * at the next one, not in the middle of this one. */
-    if (failed == MEP_ERR_CLOSED && mep__coll_done_from(comm, p)) failed = 0;
+    if (failed == MEP_ERR_CLOSED && comm->coll_done_from &&
+        comm->coll_done_from(comm, p))
+      failed = 0;
     if (failed && !ft->suspect[p])
       suspect(comm, p, failed == MEP_ERR_CLOSED,
               failed == MEP_ERR_CLOSED ? "it closed its communicator"

@@ -14,7 +14,11 @@
  * the silent), keeps the largest set of ranks in rank order that all see
  * each other, claims the next epoch in the store (so two coordinators can
  * never both win) and announces it; every rank that adopts a new epoch
- * announces it too. All of it runs on the engine (engine_lock held). */
+ * announces it too. All of it runs on the engine (engine_lock held).
+ *
+ * Called by the collectives (coll.c), point-to-point (p2p.c), recovery
+ * and the CUDA kernel path; calls put/signal (rma.c), the engine's hook
+ * registration (req.c) and ft_claim.c. */
 #ifndef MEP_SRC_FT_H
 #define MEP_SRC_FT_H
 
@@ -31,8 +35,10 @@ int mep__ft_init(mep_comm_t *comm);
 int mep__ft_connect(mep_comm_t *comm);
 void mep__ft_fini(mep_comm_t *comm);
 
-/* Engine: receives snapshots, detects failures, runs agreements, sends
- * what changed. Returns > 0 when it did something. */
+/* The engine's pass, which mep__ft_init registers with the request
+ * engine to run after the request lists (req.h): receives snapshots,
+ * detects failures, runs agreements, sends what changed. Returns > 0 when
+ * it did something. */
 int mep__ft_progress(mep_comm_t *comm);
 /* Whether the engine must keep polling (probes or an agreement run). */
 int mep__ft_busy(mep_comm_t *comm);

@@ -5,13 +5,14 @@
  * alone): the first claim of <name>/ft/<epoch> wins, the others adopt the
  * set it published. It runs on a thread of its own, so the engine keeps
  * answering probes meanwhile; a store that does not answer within two
- * probe periods is given up on, and then only a majority may decide. */
+ * probe periods is given up on, and then only a majority may decide.
+ * ft.c starts claims and adopts what they settle on; this file calls
+ * nothing of ft.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
-#include "ft.h"
 #include "ft_state.h"
 #include "log.h"
 
@@ -107,13 +108,14 @@ void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
 }
 
 /* Engine: the claim finished, or the store took too long. */
-void mep__ft_claim_settle(mep_comm_t *comm, uint64_t now) {
+int mep__ft_claim_settle(mep_comm_t *comm, uint64_t now,
+                         mep__ft_decision_t *d) {
   mep__ft_t *ft = comm->ft;
   mep__ft_claim_t *cl = &ft->cl;
-  if (!cl->epoch) return;
+  if (!cl->epoch) return 0;
   int state = atomic_load(&cl->state);
   int done = state == 2 || (state == 0 && cl->rc);
-  if (!done && now < cl->since + 2 * ft->probe_ms) return;
+  if (!done && now < cl->since + 2 * ft->probe_ms) return 0;
   const uint8_t *set = cl->set;
   uint64_t decided = cl->decided;
   if (done && state == 2) mep__ft_claim_join(ft);
@@ -129,8 +131,10 @@ void mep__ft_claim_settle(mep_comm_t *comm, uint64_t now) {
     mep__info("epoch %llu was decided by another rank first",
               (unsigned long long)cl->epoch);
   }
-  uint64_t epoch = cl->epoch;
+  d->epoch = cl->epoch;
+  d->set = set;
+  d->decided = decided;
   cl->epoch = 0;
-  mep__ft_adopt(comm, epoch, set, decided, "decided");
+  return 1;
 }
 

@@ -72,15 +72,21 @@ typedef struct mep__ft {
   int ndropped;
 } mep__ft_t;
 
-/* ft.c: makes `act` the active set at `epoch` (dropping the others). */
-void mep__ft_adopt(mep_comm_t *comm, uint64_t epoch, const uint8_t *act,
-                   uint64_t decided, const char *how);
-/* ft_claim.c: claims `epoch` for `set` in the store; settle adopts the
- * outcome once known (or after two probe periods); join reaps the
- * thread. */
+/* What a claim settled on, for ft.c to adopt: the epoch, its active set
+ * (max_size bytes, valid until the next claim starts) and the highest
+ * collective found committed. */
+typedef struct mep__ft_decision {
+  uint64_t epoch, decided;
+  const uint8_t *set;
+} mep__ft_decision_t;
+
+/* ft_claim.c (below ft.c, which alone calls it): claims `epoch` for `set`
+ * in the store; settle returns 1 with the outcome in *d once it is known
+ * (or after two probe periods), else 0; join reaps the thread. */
 void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
                          uint64_t decided);
-void mep__ft_claim_settle(mep_comm_t *comm, uint64_t now);
+int mep__ft_claim_settle(mep_comm_t *comm, uint64_t now,
+                         mep__ft_decision_t *d);
 void mep__ft_claim_join(mep__ft_t *ft);
 
 #endif

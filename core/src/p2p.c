@@ -1,5 +1,8 @@
 /* p2p.c - mep_send/mep_recv: requests, their admission and deadlines, the
- * rings' set-up and the progress pass over every pair. */
+ * rings' set-up and the progress pass over every pair, which it registers
+ * with the request engine (req.h) to run before the request lists. Calls
+ * down to p2p_ring.c and p2p_match.c, the engine and the failure
+ * detector's probes (ft.c). */
 #include "p2p.h"
 
 #include <stdio.h>
@@ -99,7 +102,9 @@ int mep__p2p_init(mep_comm_t *comm) {
     return mep__err(MEP_ERR_NOMEM, "point-to-point state: out of memory");
   }
   comm->p2p = p2p;
-  int rc = comm->max_size > 1 ? setup_rings(comm) : MEP_OK;
+  int rc = mep__engine_add_hook(comm, MEP__ENGINE_BEFORE, mep__p2p_progress,
+                                NULL);
+  if (rc == MEP_OK && comm->max_size > 1) rc = setup_rings(comm);
   return rc ? mep__err_wrap(rc, "rank %d", comm->rank) : MEP_OK;
 }
 
@@ -247,7 +252,7 @@ static int advance(mep_req_t *req) {
   if (!comm->p2p) { /* fini ran before the engine was closed */
     mep__req_set(req, MEP_ERR_CLOSED, "point-to-point state was released "
                  "while this request was running");
-    return 1;
+    return MEP__ADV_DONE;
   }
   /* The first request of the list does the pass for all of them. */
   if (req == comm->p2p_head) {
@@ -255,18 +260,18 @@ static int advance(mep_req_t *req) {
     mep__p2p_progress(comm);
   }
   if (!op->admitted) admit(comm, op);
-  if (op->done) return 1;
-  if (mep__now_ms() < op->deadline_ms) return 0;
+  if (op->done) return MEP__ADV_DONE;
+  if (!mep__passed(op->deadline_ms)) return MEP__ADV_WAIT;
   if (!op->probed) {
     /* Probe the peer before blaming it: one that does not answer is
      * dropped, and the pair fails with MEP_ERR_PEER_FAILED instead. */
     op->probed = 1;
     op->deadline_ms += 2 * mep__ft_probe_ms(comm) + 100;
     mep__ft_probe(comm);
-    return 0;
+    return MEP__ADV_WAIT;
   }
   expire(comm, op);
-  return 1;
+  return MEP__ADV_DONE;
 }
 
 static void cleanup(mep_req_t *req) { free(req->impl); }
@@ -297,7 +302,7 @@ static int start(mep_comm_t *comm, int is_send, const void *buf, size_t bytes,
   op->bytes = bytes;
   if (is_send) op->sbuf = buf;
   else op->rbuf = (uint8_t *)buf;
-  op->deadline_ms = mep__now_ms() + (uint64_t)comm->timeout_ms;
+  op->deadline_ms = mep__deadline_in((uint64_t)comm->timeout_ms);
   mep_req_t *req = mep__req_new(comm, MEP__REQ_P2P, advance, op, cleanup);
   if (!req) {
     free(op);

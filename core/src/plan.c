@@ -1,84 +1,21 @@
-/* plan.c - the collectives of mep.h as plans: which messages each rank
- * sends and receives in each step, and where they land. The engine
- * (coll.c) only executes plans. */
+/* plan.c - collectives as plans (plan.h): which messages each rank sends
+ * and receives in each step, and where they land; and the plans' memory.
+ * The engine (coll.c) calls it when a collective starts and again over
+ * the survivors; it calls nothing but the leaves. */
+#include "plan.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll.h"
 #include "error.h"
-#include "reduce.h"
 
 typedef struct args {
-  mep_comm_t *comm;
-  const char *fn;
   int me, n;
   size_t ds; /* dtype size */
-  const uint8_t *act; /* active ranks of the attempt (NULL: all) */
+  const uint8_t *act; /* active ranks of the attempt */
   int nact;
+  size_t two_shot; /* [core] two_shot_bytes */
 } args_t;
-
-static int check_comm(mep_comm_t *comm, const char *fn) {
-  if (!comm) return mep__err(MEP_ERR_INVALID, "%s: NULL communicator", fn);
-  if (!comm->coll)
-    return mep__err(MEP_ERR_INVALID, "%s: communicator has no collective "
-                    "staging", fn);
-  return MEP_OK;
-}
-
-static int check(args_t *a, mep_comm_t *comm, const char *fn,
-                 mep_dtype_t dtype, int root, int needs_root) {
-  int rc = check_comm(comm, fn);
-  if (rc) return rc;
-  memset(a, 0, sizeof *a);
-  a->comm = comm;
-  a->fn = fn;
-  a->me = comm->rank;
-  a->n = comm->size;
-  a->ds = mep_dtype_size(dtype);
-  a->nact = a->n;
-  if (!a->ds) return mep__err(MEP_ERR_INVALID, "%s: unknown dtype %d", fn,
-                              (int)dtype);
-  if (needs_root && (root < 0 || root >= comm->size))
-    return mep__err(MEP_ERR_INVALID, "%s: root %d is not in [0, %d)", fn,
-                    root, comm->size);
-  return MEP_OK;
-}
-
-/* count * dtype size * factor, refusing overflow. */
-static int bytes_of(const args_t *a, size_t count, size_t factor,
-                    size_t *out) {
-  if (count && (a->ds > SIZE_MAX / count || count * a->ds > SIZE_MAX / factor))
-    return mep__err(MEP_ERR_INVALID, "%s: count %zu overflows", a->fn, count);
-  *out = count * a->ds * factor;
-  return MEP_OK;
-}
-
-/* Bytes of one block of `count` elements and of one per rank. */
-static int block_sizes(const args_t *a, size_t count, size_t *bytes,
-                       size_t *total) {
-  int rc = bytes_of(a, count, 1, bytes);
-  return rc ? rc : bytes_of(a, count, (size_t)a->n, total);
-}
-
-static int need(const args_t *a, const void *p, size_t bytes,
-                const char *what) {
-  if (!p && bytes)
-    return mep__err(MEP_ERR_INVALID, "%s: %s is NULL", a->fn, what);
-  return MEP_OK;
-}
-
-static void spec_init(mep__coll_spec_t *s, int kind, mep_dtype_t dtype,
-                      mep_op_t op, size_t count, int root, const void *send,
-                      void *recv) {
-  memset(s, 0, sizeof *s);
-  s->kind = kind;
-  s->dtype = dtype;
-  s->op = op;
-  s->count = count;
-  s->root = root;
-  s->send = send;
-  s->recv = recv;
-}
 
 static int plan_init(mep__plan_t *p, const args_t *a,
                      const mep__coll_spec_t *s, const char *algo,
@@ -99,20 +36,6 @@ static int plan_init(mep__plan_t *p, const args_t *a,
     }
   }
   return MEP_OK;
-}
-
-static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
-  const char *x = a, *y = b;
-  return alen && blen && x < y + blen && y < x + alen;
-}
-
-/* An input that shares memory with the output (in place) is marked to be
- * copied aside when the collective starts (coll.c): the engine reads inputs after
- * writing outputs, and a collective run again over the survivors reads
- * them once more. */
-static void private_input(mep__coll_spec_t *s, size_t sbytes,
-                          size_t rbytes) {
-  if (overlap(s->send, sbytes, s->recv, rbytes)) s->copy_bytes = sbytes;
 }
 
 /* First element of block b when `count` is split into n blocks (without
@@ -191,7 +114,7 @@ static int build_allreduce(const args_t *a, const mep__coll_spec_t *s,
   uint8_t *recv = s->recv;
   /* Also on 2 ranks: both move the same bytes, but two-shot reduces half
    * the data on each rank (measured faster from 1 MiB, docs/perf.md). */
-  int two = bytes > mep__coll_two_shot(a->comm) && a->n >= 2 &&
+  int two = bytes > a->two_shot && a->n >= 2 &&
             count >= (size_t)a->n && whole(a);
   int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
   if (rc) return rc;
@@ -223,23 +146,6 @@ static int build_allreduce(const args_t *a, const mep__coll_spec_t *s,
   return MEP_OK;
 }
 
-int mep_allreduce(mep_comm_t *comm, const void *send, void *recv,
-                  size_t count, mep_dtype_t dtype, mep_op_t op,
-                  mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0;
-  int rc = check(&a, comm, "mep_allreduce", dtype, -1, 0);
-  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_ALLREDUCE, dtype, op, count, -1, send, recv);
-  private_input(&s, bytes, bytes);
-  return mep__coll_start(comm, &s, req);
-}
-
 static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
                         mep__plan_t *p) {
   int rc = plan_init(p, a, s, "direct", 1);
@@ -247,22 +153,6 @@ static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
   reduce_step(&p->steps[0], a, s->send, s->recv, s->count, s->root);
   complete_pairs(&p->steps[0], a);
   return MEP_OK;
-}
-
-int mep_reduce(mep_comm_t *comm, const void *send, void *recv, size_t count,
-               mep_dtype_t dtype, mep_op_t op, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0;
-  int rc = check(&a, comm, "mep_reduce", dtype, root, 1);
-  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
-  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, bytes, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_REDUCE, dtype, op, count, root, send, recv);
-  if (a.me == root) private_input(&s, bytes, bytes);
-  return mep__coll_start(comm, &s, req);
 }
 
 static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
@@ -286,30 +176,13 @@ static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
   return MEP_OK;
 }
 
-int mep_reduce_scatter(mep_comm_t *comm, const void *send, void *recv,
-                       size_t count, mep_dtype_t dtype, mep_op_t op,
-                       mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_reduce_scatter", dtype, -1, 0);
-  if (rc == MEP_OK) rc = mep__reduce_check(dtype, op);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK) rc = need(&a, send, total, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_REDUCE_SCATTER, dtype, op, count, -1, send, recv);
-  private_input(&s, total, bytes);
-  return mep__coll_start(comm, &s, req);
-}
-
 /* ------------------------------------------------------------ copies */
 
 static int build_broadcast(const args_t *a, const mep__coll_spec_t *s,
                            mep__plan_t *p) {
   size_t count = s->count, bytes = count * a->ds;
   int root = s->root, n = a->n, me = a->me;
-  int two = bytes > mep__coll_two_shot(a->comm) && n > 2 &&
+  int two = bytes > a->two_shot && n > 2 &&
             count >= (size_t)n && whole(a);
   int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
   if (rc) return rc;
@@ -350,19 +223,6 @@ static int build_broadcast(const args_t *a, const mep__coll_spec_t *s,
   return MEP_OK;
 }
 
-int mep_broadcast(mep_comm_t *comm, void *buf, size_t count,
-                  mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0;
-  int rc = check(&a, comm, "mep_broadcast", dtype, root, 1);
-  if (rc == MEP_OK) rc = bytes_of(&a, count, 1, &bytes);
-  if (rc == MEP_OK) rc = need(&a, buf, bytes, "buf");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_BROADCAST, dtype, MEP_SUM, count, root, buf, buf);
-  return mep__coll_start(comm, &s, req);
-}
-
 static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
                            mep__plan_t *p) {
   int rc = plan_init(p, a, s, "direct", 1);
@@ -372,22 +232,6 @@ static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
   return rc;
 }
 
-int mep_allgather(mep_comm_t *comm, const void *send, void *recv,
-                  size_t count, mep_dtype_t dtype, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_allgather", dtype, -1, 0);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_ALLGATHER, dtype, MEP_SUM, count, -1, send, recv);
-  uint8_t *mine = (uint8_t *)recv + (size_t)a.me * bytes;
-  if (send != mine) private_input(&s, bytes, total);
-  return mep__coll_start(comm, &s, req);
-}
-
 static int build_alltoall(const args_t *a, const mep__coll_spec_t *s,
                           mep__plan_t *p) {
   int rc = plan_init(p, a, s, "direct", 1);
@@ -395,37 +239,6 @@ static int build_alltoall(const args_t *a, const mep__coll_spec_t *s,
   if (rc == MEP_OK)
     all_to_all_blocks(&p->steps[0], a, s->send, bytes, s->recv, bytes);
   return rc;
-}
-
-int mep_alltoall(mep_comm_t *comm, const void *send, void *recv, size_t count,
-                 mep_dtype_t dtype, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_alltoall", dtype, -1, 0);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK) rc = need(&a, send, total, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, total, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_ALLTOALL, dtype, MEP_SUM, count, -1, send, recv);
-  private_input(&s, total, total);
-  return mep__coll_start(comm, &s, req);
-}
-
-/* The extent of a v-layout: max over p of displ + count, in bytes. */
-static int extent(const args_t *a, const size_t *counts, const size_t *displs,
-                  const char *what, size_t *out) {
-  size_t end = 0;
-  for (int p = 0; p < a->n; p++) {
-    size_t e = 0;
-    if (counts[p] > SIZE_MAX - displs[p] ||
-        bytes_of(a, counts[p] + displs[p], 1, &e))
-      return mep__err(MEP_ERR_INVALID, "%s: %s count + displacement of rank "
-                      "%d overflows", a->fn, what, p);
-    if (e > end) end = e;
-  }
-  *out = end;
-  return MEP_OK;
 }
 
 static int build_alltoallv(const args_t *a, const mep__coll_spec_t *s,
@@ -448,38 +261,6 @@ static int build_alltoallv(const args_t *a, const mep__coll_spec_t *s,
   return MEP_OK;
 }
 
-int mep_alltoallv(mep_comm_t *comm, const void *send, const size_t *scounts,
-                  const size_t *sdispls, void *recv, const size_t *rcounts,
-                  const size_t *rdispls, mep_dtype_t dtype, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t sext = 0, rext = 0;
-  int rc = check(&a, comm, "mep_alltoallv", dtype, -1, 0);
-  if (rc == MEP_OK && (!scounts || !sdispls || !rcounts || !rdispls))
-    rc = mep__err(MEP_ERR_INVALID, "mep_alltoallv: NULL counts or "
-                  "displacements");
-  if (rc == MEP_OK) rc = extent(&a, scounts, sdispls, "send", &sext);
-  if (rc == MEP_OK) rc = extent(&a, rcounts, rdispls, "recv", &rext);
-  if (rc == MEP_OK) rc = need(&a, send, sext, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, rext, "recv");
-  if (rc == MEP_OK && scounts[a.me] != rcounts[a.me])
-    rc = mep__err(MEP_ERR_INVALID, "mep_alltoallv: rank %d sends itself %zu "
-                  "elements but expects %zu", a.me, scounts[a.me],
-                  rcounts[a.me]);
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_ALLTOALLV, dtype, MEP_SUM, 0, -1, send, recv);
-  /* The engine may build the plan again later: it keeps its own copy. */
-  size_t n = (size_t)a.n;
-  s.v = malloc(4 * n * sizeof *s.v);
-  if (!s.v) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  memcpy(s.v, scounts, n * sizeof *s.v);
-  memcpy(s.v + n, sdispls, n * sizeof *s.v);
-  memcpy(s.v + 2 * n, rcounts, n * sizeof *s.v);
-  memcpy(s.v + 3 * n, rdispls, n * sizeof *s.v);
-  private_input(&s, sext, rext);
-  return mep__coll_start(comm, &s, req);
-}
-
 static int build_gather(const args_t *a, const mep__coll_spec_t *s,
                         mep__plan_t *p) {
   int rc = plan_init(p, a, s, "direct", 1);
@@ -496,21 +277,6 @@ static int build_gather(const args_t *a, const mep__coll_spec_t *s,
   }
   complete_pairs(st, a);
   return MEP_OK;
-}
-
-int mep_gather(mep_comm_t *comm, const void *send, void *recv, size_t count,
-               mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_gather", dtype, root, 1);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK) rc = need(&a, send, bytes, "send");
-  if (rc == MEP_OK && a.me == root) rc = need(&a, recv, total, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_GATHER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) private_input(&s, bytes, total);
-  return mep__coll_start(comm, &s, req);
 }
 
 static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
@@ -533,21 +299,6 @@ static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
   return MEP_OK;
 }
 
-int mep_scatter(mep_comm_t *comm, const void *send, void *recv, size_t count,
-                mep_dtype_t dtype, int root, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  size_t bytes = 0, total = 0;
-  int rc = check(&a, comm, "mep_scatter", dtype, root, 1);
-  if (rc == MEP_OK) rc = block_sizes(&a, count, &bytes, &total);
-  if (rc == MEP_OK && a.me == root) rc = need(&a, send, total, "send");
-  if (rc == MEP_OK) rc = need(&a, recv, bytes, "recv");
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_SCATTER, dtype, MEP_SUM, count, root, send, recv);
-  if (a.me == root) private_input(&s, total, bytes);
-  return mep__coll_start(comm, &s, req);
-}
-
 /* Also the membership barrier of mep_comm_recover_ranks, whose kind and
  * count (a digest of the admitted ranks) make ranks passing different
  * lists disagree. */
@@ -557,24 +308,6 @@ static int build_barrier(const args_t *a, const mep__coll_spec_t *s,
   for (int q = 0; rc == MEP_OK && q < a->n; q++)
     p->steps[0].send_to[q] = p->steps[0].recv_from[q] = q != a->me;
   return rc;
-}
-
-int mep_barrier(mep_comm_t *comm, mep_req_t **req) {
-  args_t a;
-  mep__coll_spec_t s;
-  int rc = check(&a, comm, "mep_barrier", MEP_UINT8, -1, 0);
-  if (rc) return rc;
-  spec_init(&s, MEP__COLL_BARRIER, MEP_UINT8, MEP_SUM, 0, -1, NULL, NULL);
-  return mep__coll_start(comm, &s, req);
-}
-
-int mep__coll_barrier_tagged(mep_comm_t *comm, int kind, uint64_t tag) {
-  args_t a;
-  mep__coll_spec_t s;
-  int rc = check(&a, comm, "membership barrier", MEP_UINT8, -1, 0);
-  if (rc) return rc;
-  spec_init(&s, kind, MEP_UINT8, MEP_SUM, (size_t)tag, -1, NULL, NULL);
-  return mep__coll_start(comm, &s, NULL);
 }
 
 /* ------------------------------------------------------ building plans */
@@ -605,19 +338,50 @@ static void restrict_to(mep__plan_t *p, const uint8_t *act, int n) {
 }
 
 int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
-                    const uint8_t *act, mep__plan_t *p) {
-  args_t a;
-  int rc = check(&a, comm, "collective", s->dtype, -1, 0);
-  if (rc) return rc;
-  a.act = act;
-  a.nact = 0;
+                    const uint8_t *act, size_t two_shot, mep__plan_t *p) {
+  args_t a = {.me = comm->rank, .n = comm->size,
+              .ds = mep_dtype_size(s->dtype), .act = act,
+              .two_shot = two_shot};
+  if (!a.ds)
+    return mep__err(MEP_ERR_INVALID, "collective: unknown dtype %d",
+                    (int)s->dtype);
   for (int q = 0; q < a.n; q++) a.nact += act[q] != 0;
   if (s->root >= 0 && !act[s->root])
     return mep__err(MEP_ERR_PEER_FAILED, "its root, rank %d, left the "
                     "group", s->root);
-  rc = builder(s->kind)(&a, s, p);
+  int rc = builder(s->kind)(&a, s, p);
   if (rc == MEP_OK) restrict_to(p, act, a.n);
   return rc;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+int mep__step_alloc(mep__step_t *st, int size) {
+  size_t n = (size_t)size;
+  memset(st, 0, sizeof *st);
+  st->send_to = calloc(n, 1);
+  st->sptr = calloc(n, sizeof *st->sptr);
+  st->sbytes = calloc(n, sizeof *st->sbytes);
+  st->recv_from = calloc(n, 1);
+  st->rptr = calloc(n, sizeof *st->rptr);
+  st->rbytes = calloc(n, sizeof *st->rbytes);
+  if (st->send_to && st->sptr && st->sbytes && st->recv_from && st->rptr &&
+      st->rbytes)
+    return MEP_OK;
+  return mep__err(MEP_ERR_NOMEM, "out of memory");
+}
+
+void mep__plan_free(mep__plan_t *plan) {
+  for (int i = 0; i < plan->nsteps; i++) {
+    mep__step_t *st = &plan->steps[i];
+    free(st->send_to);
+    free((void *)st->sptr);
+    free(st->sbytes);
+    free(st->recv_from);
+    free(st->rptr);
+    free(st->rbytes);
+  }
+  memset(plan, 0, sizeof *plan);
 }
 
 void mep__coll_spec_free(mep__coll_spec_t *s) {

@@ -1,5 +1,7 @@
 /* progress.c - the communicator's progress thread: polls every used
- * transport, counts completions and records failures.
+ * transport, counts completions and records failures, and runs the
+ * request engine through the hooks it registered (comm->progress_hooks:
+ * the engine sits above this file, which never calls it by name).
  *
  * Adaptive by default: it spins while completions keep coming or someone
  * waits, yields and naps when that dries up, and with nobody waiting it
@@ -20,7 +22,6 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
-#include "req.h"
 
 enum { MODE_ADAPTIVE, MODE_SPIN, MODE_BLOCKING };
 
@@ -74,6 +75,17 @@ static int poll_once(mep_comm_t *comm) {
   return total;
 }
 
+/* The request engine's pass, and whether it has requests pending. */
+static int engine_advance(mep_comm_t *comm) {
+  const mep__progress_hooks_t *h = &comm->progress_hooks;
+  return h->advance ? h->advance(comm) : 0;
+}
+
+static int engine_busy(mep_comm_t *comm) {
+  const mep__progress_hooks_t *h = &comm->progress_hooks;
+  return h->busy ? h->busy(comm) : 0;
+}
+
 static void drain_wake(mep__progress_t *pg) {
   uint64_t v;
   if (read(pg->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
@@ -102,7 +114,7 @@ static void wake(mep__progress_t *pg);
 static int drive(mep_comm_t *comm) {
   mep__progress_t *pg = comm->progress;
   if (!pg || pthread_mutex_trylock(&pg->poll_mu) != 0) return 0;
-  int work = poll_once(comm) + mep__engine_advance(comm);
+  int work = poll_once(comm) + engine_advance(comm);
   pthread_mutex_unlock(&pg->poll_mu);
   return work;
 }
@@ -114,7 +126,7 @@ void mep__wait_begin(mep__waiter_t *w, mep_comm_t *comm) {
   memset(w, 0, sizeof *w);
   w->comm = comm;
   w->driving = comm->progress != NULL;
-  w->drive_until = mep__now_ms() + DRIVE_MS;
+  w->drive_until = mep__deadline_in(DRIVE_MS);
   if (w->driving) atomic_fetch_add(&comm->progress->drivers, 1);
   mep__progress_waiter_enter(comm);
 }
@@ -132,7 +144,7 @@ int mep__wait_step(mep__waiter_t *w) {
     return 0;
   }
   if (drive(w->comm) == 0 && ++w->rounds % 16 == 0) {
-    if (mep__now_ms() >= w->drive_until) {
+    if (mep__passed(w->drive_until)) {
       stop_driving(w);
       return 0;
     }
@@ -149,7 +161,7 @@ void mep__wait_end(mep__waiter_t *w) {
 static int poll_round(mep_comm_t *comm) {
   mep__progress_t *pg = comm->progress;
   pthread_mutex_lock(&pg->poll_mu);
-  int work = poll_once(comm) + mep__engine_advance(comm);
+  int work = poll_once(comm) + engine_advance(comm);
   pthread_mutex_unlock(&pg->poll_mu);
   return work;
 }
@@ -177,7 +189,7 @@ static void *run(void *arg) {
       continue;
     }
     idle++;
-    int waiting = atomic_load(&pg->waiters) > 0 || mep__engine_busy(comm);
+    int waiting = atomic_load(&pg->waiters) > 0 || engine_busy(comm);
     if (pg->mode == MODE_BLOCKING && !waiting) {
       sleep_on_fds(pg, pg->unpollable ? 1 : 100);
     } else if (idle < 256) {

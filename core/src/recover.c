@@ -7,7 +7,12 @@
  * then announces itself in <ns>/join/<rank>; every rank remembers the
  * incarnation it admitted last, so a higher one there means one waits. The lowest active
  * rank writes <ns>/welcome/<rank>/<incarnation>: the epoch, active set,
- * collective count and incarnations the joiner starts from. */
+ * collective count and incarnations the joiner starts from.
+ *
+ * Called by mep_comm_create (comm_api.c) for a joiner; calls the creation
+ * steps (comm.c), the subsystems' state (comm_state.c), their per-peer
+ * resets, the progress thread and the collectives' entry points
+ * (coll_api.c) for its barriers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

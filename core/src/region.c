@@ -103,10 +103,10 @@ int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
   free(k);
   mep__wbuf_free(&blob);
   if (rc) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep__errsave_t why;
+    mep__err_save(&why);
     mep_region_deregister(r);
-    return mep__err(rc, "%s", msg);
+    return mep__err_restore(&why, rc);
   }
   *out = r;
   return MEP_OK;

@@ -1,4 +1,7 @@
-/* req.c - request lifecycle and the engine's request lists. */
+/* req.c - request lifecycle and the engine's request lists. Called by
+ * the subsystems that make requests (coll.c, p2p.c, cuda_kpath.c); calls
+ * the progress thread's waiting (progress.c) and, through the hooks
+ * registered with it, the subsystems' own passes. */
 #include "req.h"
 
 #include <stdarg.h>
@@ -8,32 +11,11 @@
 #include <time.h>
 
 #include "error.h"
-#include "ft.h"
-#include "p2p.h"
-
-static _Thread_local struct {
-  int (*gate)(void *);
-  void (*on_settle)(mep_req_t *, void *);
-  void *arg;
-} next_hooks;
-
-void mep__req_next_hooks(int (*gate)(void *),
-                         void (*on_settle)(mep_req_t *, void *), void *arg) {
-  next_hooks.gate = gate;
-  next_hooks.on_settle = on_settle;
-  next_hooks.arg = arg;
-}
 
 mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
                         void *impl, void (*cleanup)(mep_req_t *)) {
   mep_req_t *r = calloc(1, sizeof *r);
   if (!r) return NULL;
-  if (kind == MEP__REQ_COLL && (next_hooks.gate || next_hooks.on_settle)) {
-    r->gate = next_hooks.gate;
-    r->on_settle = next_hooks.on_settle;
-    r->gate_arg = next_hooks.arg;
-    mep__req_next_hooks(NULL, NULL, NULL);
-  }
   r->comm = comm;
   r->kind = kind;
   r->advance = advance;
@@ -61,7 +43,7 @@ static void destroy(mep_req_t *r) {
 /* DONE, or freed at once when the owner already let go of it. */
 static void settle(mep_req_t *r) {
   mep_comm_t *comm = r->comm;
-  if (r->on_settle) r->on_settle(r, r->gate_arg);
+  if (r->hooks.on_settle) r->hooks.on_settle(r, r->hooks.arg);
   int expected = MEP__REQ_RUNNING;
   if (!atomic_compare_exchange_strong(&r->state, &expected, MEP__REQ_DONE)) {
     destroy(r);
@@ -89,7 +71,7 @@ static int wait_done(mep_req_t *r, uint64_t deadline) {
   pthread_mutex_lock(&comm->wait_mu);
   atomic_fetch_add(&comm->sleepers, 1);
   while (atomic_load(&r->state) != MEP__REQ_DONE &&
-         mep__now_ms() < deadline) {
+         !mep__passed(deadline)) {
     struct timespec ts = {(time_t)(deadline / 1000),
                           (long)(deadline % 1000) * 1000000};
     pthread_cond_timedwait(&comm->wait_cv, &comm->wait_mu, &ts);
@@ -132,7 +114,7 @@ int mep_req_wait(mep_req_t *r, int timeout_ms) {
    * (destroy fails what is running with MEP_ERR_CLOSED). */
   if (atomic_load(&r->state) != MEP__REQ_DONE) {
     int t = mep__timeout_or_default(r->comm, timeout_ms);
-    if (!wait_done(r, mep__now_ms() + (uint64_t)t))
+    if (!wait_done(r, mep__deadline_in((uint64_t)t)))
       return mep__err(MEP_ERR_TIMEOUT, "request still running after %d ms",
                       t);
   }
@@ -167,16 +149,16 @@ int mep__req_start(mep_req_t *r, mep_req_t **out) {
    * keeps moving may take longer than timeout_ms) and ends with its own
    * message; this wait only guards against a request that never ends. */
   int t = comm->timeout_ms, rc;
-  uint64_t cap = mep__now_ms() + 64 * (uint64_t)t;
+  uint64_t cap = mep__deadline_in(64 * (uint64_t)t);
   do
     rc = mep_req_wait(r, t);
   while (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE &&
-         mep__now_ms() < cap);
+         !mep__passed(cap));
   if (rc == MEP_ERR_TIMEOUT && atomic_load(&r->state) != MEP__REQ_DONE) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", mep_last_error());
+    mep__errsave_t why;
+    mep__err_save(&why);
     mep_req_free(r); /* finishes in the background */
-    return mep__err(rc, "%s", msg);
+    return mep__err_restore(&why, rc);
   }
   mep_req_free(r);
   return rc;
@@ -187,15 +169,15 @@ static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
   int moved = 0;
   for (mep_req_t **pp = list; *pp;) {
     mep_req_t *r = *pp;
-    if (r->gate && !r->gate(r->gate_arg)) {
+    if (r->hooks.gate && !r->hooks.gate(r->hooks.arg)) {
       if (head_only) break;
       pp = &r->next;
       continue;
     }
-    r->gate = NULL; /* open for good */
+    r->hooks.gate = NULL; /* open for good */
     int rc = r->advance(r);
-    if (rc != 1) { /* 0: waiting; 2: moved, not finished */
-      moved += rc == 2;
+    if (rc != MEP__ADV_DONE) {
+      moved += rc == MEP__ADV_MOVED;
       if (head_only) break;
       pp = &r->next;
       continue;
@@ -209,23 +191,49 @@ static int advance_list(mep_comm_t *comm, mep_req_t **list, int head_only) {
   return moved;
 }
 
-int mep__engine_advance(mep_comm_t *comm) {
+/* The hooks of one phase: the work they did. */
+static int run_hooks(mep_comm_t *comm, int phase) {
+  int moved = 0;
+  for (int i = 0; i < comm->nengine_hooks; i++)
+    if (comm->engine_hooks[i].phase == phase)
+      moved += comm->engine_hooks[i].advance(comm);
+  return moved;
+}
+
+/* One pass, in the order req.h gives for the hooks' phases. */
+static int engine_advance(mep_comm_t *comm) {
   pthread_mutex_lock(&comm->engine_lock);
-  /* Rings drain even while this rank posts nothing, so a sender of more
-   * than a ring's worth is not stuck until the next recv is posted. */
-  int moved = comm->p2p ? mep__p2p_progress(comm) : 0;
+  int moved = run_hooks(comm, MEP__ENGINE_BEFORE);
   if (atomic_load(&comm->engine_pending))
     moved += advance_list(comm, &comm->p2p_head, 0) +
              advance_list(comm, &comm->coll_head, 1);
-  /* After the collectives: one that can finish does so before this rank
-   * tells an agreement what it finished. */
-  moved += mep__ft_progress(comm);
+  moved += run_hooks(comm, MEP__ENGINE_AFTER);
   pthread_mutex_unlock(&comm->engine_lock);
   return moved;
 }
 
-int mep__engine_busy(mep_comm_t *comm) {
-  return atomic_load(&comm->engine_pending) > 0 || mep__ft_busy(comm);
+static int engine_busy(mep_comm_t *comm) {
+  if (atomic_load(&comm->engine_pending) > 0) return 1;
+  for (int i = 0; i < comm->nengine_hooks; i++)
+    if (comm->engine_hooks[i].busy && comm->engine_hooks[i].busy(comm))
+      return 1;
+  return 0;
+}
+
+void mep__engine_init(mep_comm_t *comm) {
+  comm->progress_hooks.advance = engine_advance;
+  comm->progress_hooks.busy = engine_busy;
+}
+
+int mep__engine_add_hook(mep_comm_t *comm, int phase,
+                         int (*advance)(mep_comm_t *),
+                         int (*busy)(mep_comm_t *)) {
+  if (comm->nengine_hooks == MEP__ENGINE_MAX_HOOKS)
+    return mep__err(MEP_ERR_INVALID, "the engine takes %d hooks at most",
+                    MEP__ENGINE_MAX_HOOKS);
+  comm->engine_hooks[comm->nengine_hooks++] =
+      (mep__engine_hook_t){.phase = phase, .advance = advance, .busy = busy};
+  return MEP_OK;
 }
 
 void mep__engine_close(mep_comm_t *comm) {

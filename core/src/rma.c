@@ -1,28 +1,11 @@
-/* rma.c - one-sided put and signal, flush and wait. */
-#include <sched.h>
+/* rma.c - one-sided put and signal, flush and wait: over the peers'
+ * transports, with the progress thread's waiting (progress.c) and the
+ * regions' remote keys (region.c). */
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 
 #include "error.h"
 #include "region.h"
-
-/* Spinning first keeps the fast path fast; yielding then sleeping keeps
- * many ranks on few cores from starving the ones that have work. */
-void mep__backoff(mep__backoff_t *b) {
-  unsigned r = b->rounds++;
-  if (r < 200) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  } else if (r < 400) {
-    sched_yield();
-  } else {
-    unsigned us = r < 1000 ? 10 : r < 2000 ? 50 : 200;
-    struct timespec ts = {0, (long)us * 1000};
-    nanosleep(&ts, NULL);
-  }
-}
 
 /* off + len within size, without overflow. */
 static int in_bounds(uint64_t off, uint64_t len, uint64_t size) {
@@ -138,13 +121,13 @@ int mep_signal(mep_comm_t *comm, int peer, const mep_region_t *dst,
 int mep_flush(mep_comm_t *comm, int timeout_ms) {
   if (!comm) return mep__err(MEP_ERR_INVALID, "mep_flush: NULL communicator");
   uint64_t target = atomic_load(&comm->issued);
-  uint64_t deadline = mep__now_ms() +
-                      (uint64_t)mep__timeout_or_default(comm, timeout_ms);
+  uint64_t deadline =
+      mep__deadline_in((uint64_t)mep__timeout_or_default(comm, timeout_ms));
   mep__waiter_t w;
   int rc = MEP_OK;
   mep__wait_begin(&w, comm);
   while (atomic_load(&comm->completed) < target) {
-    if (mep__now_ms() >= deadline) {
+    if (mep__passed(deadline)) {
       rc = mep__err(MEP_ERR_TIMEOUT, "mep_flush: %llu of %llu puts still "
                     "incomplete after %d ms",
                     (unsigned long long)(target - atomic_load(&comm->completed)),
@@ -171,13 +154,13 @@ int mep_wait(const mep_region_t *r, size_t off, uint64_t value,
   mep_comm_t *comm = r->comm;
   const uint64_t *word = (const uint64_t *)((const char *)r->ptr + off);
   int t = mep__timeout_or_default(comm, timeout_ms);
-  uint64_t deadline = mep__now_ms() + (uint64_t)t;
+  uint64_t deadline = mep__deadline_in((uint64_t)t);
   mep__waiter_t w;
   uint64_t v;
   int rc = MEP_OK;
   mep__wait_begin(&w, comm);
   while ((v = __atomic_load_n(word, __ATOMIC_ACQUIRE)) < value) {
-    if (mep__now_ms() >= deadline) {
+    if (mep__passed(deadline)) {
       rc = mep__err(MEP_ERR_TIMEOUT, "mep_wait: word at offset %zu of region "
                     "%u is %llu, not yet %llu, after %d ms", off, r->id,
                     (unsigned long long)v, (unsigned long long)value, t);

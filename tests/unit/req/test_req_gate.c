@@ -1,8 +1,9 @@
-/* The request hooks the CUDA staged path stands on (req.h): a collective
- * started with a gate does not start while the gate is shut, holds the
- * collectives queued behind it, starts once it opens, and runs on_settle
- * exactly once with its argument; the hooks go to one collective only.
- * Two forked ranks; each shuts its own gate for a while. */
+/* The request hooks the CUDA staged path stands on (req.h), passed to
+ * mep__coll_submit (coll.h): a collective started with a gate does not
+ * start while the gate is shut, holds the collectives queued behind it,
+ * starts once it opens, and runs on_settle exactly once with its
+ * argument; the hooks go to that collective only. Two forked ranks; each
+ * shuts its own gate for a while. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "coll.h"
 #include "launch.h"
 #include "req.h"
 
@@ -56,10 +58,13 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   hook_state_t h;
   memset(&h, 0, sizeof h);
   mep_req_t *r1 = NULL, *r2 = NULL;
-  mep__req_next_hooks(gate, on_settle, &h);
-  CHECK(mep_allreduce(comm, in1, out1, COUNT, MEP_INT32, MEP_SUM, &r1) ==
-            MEP_OK, "gated allreduce: %s", mep_last_error());
-  /* no hooks here: they went to r1 */
+  mep__req_hooks_t hooks = {.gate = gate, .on_settle = on_settle, .arg = &h};
+  mep__coll_call_t call = {.kind = MEP__COLL_ALLREDUCE, .send = in1,
+                           .recv = out1, .count = COUNT, .dtype = MEP_INT32,
+                           .op = MEP_SUM, .root = -1};
+  CHECK(mep__coll_submit(comm, &call, &hooks, &r1) == MEP_OK,
+        "gated allreduce: %s", mep_last_error());
+  /* no hooks here: they are r1's alone */
   CHECK(mep_allreduce(comm, in2, out2, COUNT, MEP_INT32, MEP_SUM, &r2) ==
             MEP_OK, "second allreduce: %s", mep_last_error());
   sleep_ms(300);
