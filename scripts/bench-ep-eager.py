@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""What an eager (not graph-captured) mep.ep call costs, and where the host
+time goes.
+
+For each setting (FP8 and BF16 dispatch, combine; hidden 7168 and 4096) it
+measures, on every rank:
+  eager   CUDA events around each call, back to back (the host's work per
+          call shows when it is longer than the GPU's);
+  host    wall time per call of the Python call alone, calls back to back
+          without waiting for the GPU;
+  graph   a CUDA graph of 10 calls in a row, replayed, per call.
+With --profile it also prints cProfile's top entries of 200 eager calls.
+
+Ranks run as processes on the GPUs there are (several per GPU when there
+are fewer GPUs: their kernels then share the GPU, so only the host numbers
+mean much; one rank alone sends to itself and measures the host's part
+exactly). Uses a gloo group for the setup, as a user's program would.
+
+  scripts/bench-ep-eager.py [--ranks N] [--iters N] [--hidden 7168,4096]
+                            [--profile] [--json FILE]
+"""
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+
+
+def timed_events(fn, warmup, iters):
+    """Median microseconds of fn between CUDA events around each call."""
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return statistics.median(times)
+
+
+def timed_host(fn, iters):
+    """Microseconds per call of the host's work alone (no waiting)."""
+    import torch
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    t = (time.perf_counter() - t0) / iters * 1e6
+    torch.cuda.synchronize()
+    return t
+
+
+def timed_graph(fn, calls, iters):
+    import torch
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return timed_events(g.replay, 5, iters) / calls
+
+
+def profile(fn, calls=200, top=18):
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(top)
+    return s.getvalue()
+
+
+def rank_main(rank, world, store_path, args, out):
+    import torch
+    import torch.distributed as dist
+    ngpu = torch.cuda.device_count()
+    torch.cuda.set_device(rank % ngpu)
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
+                            world_size=world)
+    from mep.ep import Buffer
+    T, E, K = args.tokens, args.experts, args.topk
+    rows = []
+    for hidden in [int(h) for h in args.hidden.split(",")]:
+        g = torch.Generator(device="cpu").manual_seed(7 + rank)
+        x = torch.randn(T, hidden, generator=g).to(torch.bfloat16).cuda()
+        idx = torch.topk(torch.rand(T, E, generator=g), K, dim=-1).indices.cuda()
+        w = torch.rand(T, K, generator=g).cuda()
+        hint = Buffer.get_low_latency_rdma_size_hint(T, hidden, world, E)
+        buf = Buffer(dist.group.WORLD, 0, hint, low_latency_mode=True,
+                     num_qps_per_rank=E // world)
+        _, _, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+        y = torch.randn(E // world, world * T, hidden, generator=g).to(torch.bfloat16).cuda()
+        calls = {
+            "dispatch fp8": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=True),
+            "dispatch bf16": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=False),
+            "combine": lambda: buf.low_latency_combine(y, idx, w, handle),
+        }
+        for name, fn in calls.items():
+            dist.barrier()
+            row = {"rank": rank, "hidden": hidden, "call": name}
+            row["eager_us"] = timed_events(fn, args.warmup, args.iters)
+            dist.barrier()
+            row["host_us"] = timed_host(fn, args.iters)
+            dist.barrier()
+            row["graph_us"] = timed_graph(fn, 10, max(20, args.iters // 10))
+            if args.profile and rank == 0 and hidden == int(args.hidden.split(",")[0]):
+                row["profile"] = profile(fn)
+            rows.append(row)
+        torch.cuda.synchronize()
+        buf.destroy()
+    out.put(rows)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--ranks", type=int, default=1, help="processes (default 1)")
+    ap.add_argument("--tokens", type=int, default=128, help="tokens per rank (default 128)")
+    ap.add_argument("--experts", type=int, default=256, help="experts (default 256)")
+    ap.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
+    ap.add_argument("--hidden", default="7168,4096", help="hidden sizes (default 7168,4096)")
+    ap.add_argument("--iters", type=int, default=300, help="timed calls (default 300)")
+    ap.add_argument("--warmup", type=int, default=30, help="warm-up calls (default 30)")
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top entries")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = ap.parse_args()
+    import torch
+    import torch.multiprocessing as mp
+    if not torch.cuda.is_available():
+        print("bench-ep-eager: no CUDA device", file=sys.stderr)
+        return 77
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    store = tempfile.NamedTemporaryFile(delete=False).name
+    os.unlink(store)
+    procs = [ctx.Process(target=rank_main, args=(r, args.ranks, store, args, q))
+             for r in range(args.ranks)]
+    for p in procs:
+        p.start()
+    rows = []
+    for _ in procs:
+        rows += q.get(timeout=900)
+    for p in procs:
+        p.join(60)
+    bad = [p.exitcode for p in procs if p.exitcode != 0]
+    print(f"{'call':14} {'hidden':>6} {'rank':>4} {'eager us':>9} {'host us':>8} "
+          f"{'graph us':>9}")
+    for r in sorted(rows, key=lambda r: (r["hidden"], r["call"], r["rank"])):
+        print(f"{r['call']:14} {r['hidden']:6d} {r['rank']:4d} {r['eager_us']:9.1f} "
+              f"{r['host_us']:8.1f} {r['graph_us']:9.1f}")
+    for r in rows:
+        if "profile" in r:
+            print(f"\n== {r['call']}, hidden {r['hidden']}: cProfile of 200 calls\n"
+                  + r["profile"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
