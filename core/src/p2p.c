@@ -225,10 +225,13 @@ static void expire(mep_comm_t *comm, mep__p2p_op_t *op) {
     expire_send(comm, op);
   else if (op->where == MEP__P2P_BOUND) /* the rest is dropped */
     mep__p2p_finish(comm, op, MEP_ERR_TIMEOUT, "%llu of the message's %llu "
-                    "bytes arrived within %d ms",
+                    "bytes arrived from rank %d within %d ms",
                     (unsigned long long)op->moved,
-                    (unsigned long long)comm->p2p->pairs[op->peer].in.total,
-                    t);
+                    (unsigned long long)comm->p2p->pairs[op->from].in.total,
+                    op->from, t);
+  else if (op->peer == MEP_ANY_SOURCE)
+    mep__p2p_finish(comm, op, MEP_ERR_TIMEOUT, "no message with tag %d "
+                    "arrived from any rank within %d ms", op->tag, t);
   else
     mep__p2p_finish(comm, op, MEP_ERR_TIMEOUT, "no message with tag %d "
                     "arrived from rank %d within %d ms", op->tag, op->peer,
@@ -280,9 +283,10 @@ static int start(mep_comm_t *comm, int is_send, const void *buf, size_t bytes,
                  int peer, int tag, mep_req_t **out) {
   const char *fn = is_send ? "mep_send" : "mep_recv";
   if (!comm) return mep__err(MEP_ERR_INVALID, "%s: NULL communicator", fn);
-  if (peer < 0 || peer >= comm->size)
-    return mep__err(MEP_ERR_INVALID, "%s: peer %d is not in [0, %d)", fn,
-                    peer, comm->size);
+  if ((peer < 0 || peer >= comm->size) &&
+      (is_send || peer != MEP_ANY_SOURCE))
+    return mep__err(MEP_ERR_INVALID, "%s: peer %d is not in [0, %d)%s", fn,
+                    peer, comm->size, is_send ? "" : " nor MEP_ANY_SOURCE");
   if (!buf && bytes)
     return mep__err(MEP_ERR_INVALID, "%s: NULL buffer for %zu bytes", fn,
                     bytes);
@@ -298,6 +302,7 @@ static int start(mep_comm_t *comm, int is_send, const void *buf, size_t bytes,
   if (!op) return mep__err(MEP_ERR_NOMEM, "%s: out of memory", fn);
   op->is_send = is_send;
   op->peer = peer;
+  op->from = -1;
   op->tag = tag;
   op->bytes = bytes;
   if (is_send) op->sbuf = buf;

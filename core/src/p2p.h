@@ -16,6 +16,15 @@
  * bytes, and a ring has at least 2 slots, so a share below 8 KiB is
  * rounded up. Send staging takes as much memory again as the rings.
  *
+ * Any source (mep_recv with MEP_ANY_SOURCE): such a recv waits on one
+ * queue of the communicator instead of a pair's. Every recv gets a post
+ * number when it is queued and every message a number when its first
+ * fragment is seen (an unexpected one keeps it), so a message goes to the
+ * earliest posted recv that matches it, from its pair's queue or the
+ * any-source queue, and an any-source recv takes the earliest arrived
+ * unexpected message of its tag over all pairs. Order per (peer, tag) is
+ * kept: a pair's messages begin in order.
+ *
  * Threads: mep_send/mep_recv only build a request; everything else runs
  * on the progress thread with comm->engine_lock held, so the per-pair
  * state needs no locks of its own. */
@@ -110,7 +119,9 @@ enum { MEP__P2P_NOWHERE, MEP__P2P_SENDQ, MEP__P2P_POSTED, MEP__P2P_BOUND };
 /* One mep_send or mep_recv; the request's impl. */
 struct mep__p2p_op {
   mep_req_t *req;
-  int is_send, peer, tag;
+  int is_send, peer, tag; /* recv: peer may be MEP_ANY_SOURCE */
+  int from;            /* recv: the rank whose message it took, or -1 */
+  uint64_t post_no;    /* recv: when it was queued (matching order) */
   const uint8_t *sbuf; /* send */
   uint8_t *rbuf;       /* recv */
   size_t bytes;        /* send: message length; recv: buffer size */
@@ -132,6 +143,7 @@ typedef struct mep__p2p_queue {
 /* A message that arrived before a recv for it (complete or arriving). */
 typedef struct mep__p2p_umsg {
   int32_t tag;
+  uint64_t arrival; /* when its first fragment was seen, for any source */
   uint64_t total, got;
   int complete;
   uint8_t *data;
@@ -176,6 +188,9 @@ struct mep__p2p {
   size_t sig_bytes;
   mep_region_t *rr, *rs, *rg;
   mep__p2p_pair_t *pairs; /* per rank; the own one for self messages */
+  mep__p2p_queue_t anyq;  /* posted recvs from any source */
+  uint64_t posts;         /* recvs queued so far (post numbers) */
+  uint64_t arrivals;      /* messages begun so far (arrival numbers) */
 };
 
 /* p2p_match.c: queues, matching and completion. */
@@ -194,6 +209,9 @@ void mep__p2p_deliver(mep_comm_t *comm, int peer, const mep__p2p_hdr_t *h,
                       const uint8_t *payload);
 void mep__p2p_admit_recv(mep_comm_t *comm, mep__p2p_op_t *op);
 void mep__p2p_admit_self_send(mep_comm_t *comm, mep__p2p_op_t *op);
+/* Fails the any-source recvs once no other rank can send any more
+ * (every other rank of the group failed). */
+void mep__p2p_any_check(mep_comm_t *comm);
 /* Frees the pair's unexpected messages (at fini). */
 void mep__p2p_free_unexpected(mep__p2p_pair_t *pr);
 

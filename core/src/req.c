@@ -18,6 +18,7 @@ mep_req_t *mep__req_new(mep_comm_t *comm, int kind, mep__advance_fn advance,
   if (!r) return NULL;
   r->comm = comm;
   r->kind = kind;
+  r->source = -1;
   r->advance = advance;
   r->impl = impl;
   r->cleanup = cleanup;
@@ -106,6 +107,12 @@ size_t mep_req_bytes(const mep_req_t *r) {
   return r && atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE
              ? r->bytes
              : 0;
+}
+
+int mep_req_source(const mep_req_t *r) {
+  return r && atomic_load(&((mep_req_t *)r)->state) == MEP__REQ_DONE
+             ? r->source
+             : -1;
 }
 
 int mep_req_wait(mep_req_t *r, int timeout_ms) {

@@ -52,6 +52,7 @@ struct mep_req {
   int status;              /* final status, valid once DONE */
   char msg[512];           /* its message when status < 0 */
   size_t bytes;            /* mep_recv: bytes received */
+  int source;              /* mep_recv: the sender of what it received */
   int *dropped;            /* collectives: ranks lost (MEP_OK_DEGRADED) */
   int ndropped;
   int kind;                /* MEP__REQ_COLL or MEP__REQ_P2P */

@@ -3,7 +3,9 @@ all_reduce, or is SIGKILLed in the middle of one; the survivors' next
 all_reduce returns within the timeout over the survivors, the active ranks
 show the loss, a replacement joins with is_extension=True, the survivors
 poll get_peer_state and call recover_ranks, and a full-group all_reduce is
-right again. And a group that grows beyond its initial size."""
+right again. Mooncake's recovery recipe, run as Mooncake's users write it
+(`import mep as ep`, the backend object, the truth of a peer state). And a
+group that grows beyond its initial size."""
 import datetime
 import os
 import time
@@ -114,6 +116,84 @@ def test_lose_and_replace_a_rank(world, victim, mode):
         ranks.close()
         raise
     assert set(ranks.wait().values()) == {"ok"}
+
+
+def mooncake_member(ctx, victim):
+    """Mooncake's recovery recipe, verbatim, with mep in place of its module."""
+    import mep as ep
+    act = torch.zeros(ctx.world, dtype=torch.int32)
+    # Mooncake passes its options positionally.
+    dist.init_process_group("mep", store=ctx.store, rank=ctx.rank, world_size=ctx.world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S),
+                            pg_options=ep.BackendOptions(act))
+    x = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, range(ctx.world)))
+    if ctx.rank == victim:
+        os._exit(0)
+    survivors = [r for r in range(ctx.world) if r != victim]
+    y = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(y)  # over the survivors: the loss shows in act
+    assert torch.equal(y, full(ctx.world, survivors)), y
+    assert act[victim] == 0, act
+    r = victim
+    states, deadline = [], time.monotonic() + 60
+    while act[r] == 0:  # the survivors loop on the recipe until r is back
+        assert time.monotonic() < deadline, f"rank {r} never came back: {states}"
+        backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+        (peer_state,) = ep.get_peer_state(backend, [r])
+        if peer_state:
+            ep.recover_ranks(backend, [r])
+        states.append(peer_state)
+        if len(states) == 3:  # seen lost a few times: the parent starts r
+            ctx.store.set(f"saw_dropped/{ctx.rank}", "1")
+        time.sleep(0.02)
+    # Lost and no replacement: false (recover_ranks would refuse it); a
+    # replacement waiting: true; the four states stay apart.
+    assert states[0] == ep.PeerState.DROPPED and not states[0], states
+    assert states[-1] == ep.PeerState.JOINING and states[-1], states
+    assert set(states) == {ep.PeerState.DROPPED, ep.PeerState.JOINING}, states
+    (peer_state,) = ep.get_peer_state(dist.group.WORLD, [r])
+    assert peer_state == ep.PeerState.ACTIVE and peer_state, peer_state
+    return after_recovery(ctx, ep, act)
+
+
+def mooncake_replacement(ctx):
+    import mep as ep
+    act = torch.ones(ctx.world, dtype=torch.int32)
+    dist.init_process_group("mep", store=ctx.store, rank=ctx.rank, world_size=ctx.world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S),
+                            pg_options=ep.BackendOptions(act, True))
+    # The survivors' first call after recover_ranks: get_peer_state.
+    (peer_state,) = ep.get_peer_state(dist.group.WORLD, [ctx.rank])
+    assert peer_state == ep.PeerState.ACTIVE, peer_state
+    return after_recovery(ctx, ep, act)
+
+
+def test_mooncake_recovery_recipe():
+    world, victim = 3, 1
+    ranks = Ranks(mooncake_member, world, (victim,), timeout_s=120)
+    try:
+        survivors = [r for r in range(world) if r != victim]
+        ranks.store.wait([f"saw_dropped/{r}" for r in survivors],
+                         datetime.timedelta(seconds=60))
+        ranks.start(mooncake_replacement, world, ranks=[victim])
+    except BaseException:
+        ranks.close()
+        raise
+    assert set(ranks.wait().values()) == {"ok"}
+
+
+def test_peer_state_truth():
+    """PeerState's truth is "a process is connected" (Mooncake's), its
+    comparisons and numbers are the core's."""
+    import mep
+    S = mep.PeerState
+    assert [bool(s) for s in S] == [True, False, True, False]
+    assert [int(s) for s in S] == [0, 1, 2, 3]
+    assert S.JOINING == 2 and S(2) is S.JOINING and S.ACTIVE == 0
+    assert [S.JOINING] == [S(2)] and [S.DROPPED] != [S.JOINING]
+    assert mep.BackendOptions(None, True).is_extension
 
 
 def grow_member(ctx, max_size):

@@ -377,6 +377,12 @@ MEP_API int mep_req_dropped(const mep_req_t *req, int *ranks, int max);
 /* Bytes a finished mep_recv received (at most its buffer's size). */
 MEP_API size_t mep_req_bytes(const mep_req_t *req);
 
+/* The rank whose message a mep_recv received, once it finished with
+ * success: the peer it named, or for MEP_ANY_SOURCE the sender of the
+ * message it matched. -1 while it runs, after a failure, and for other
+ * requests. */
+MEP_API int mep_req_source(const mep_req_t *req);
+
 /* Releases a request. A request still running is detached: it finishes
  * in the background and releases itself (its buffers must stay valid
  * until then). */
@@ -473,8 +479,22 @@ MEP_API int mep_barrier(mep_comm_t *comm, mep_req_t **req);
  * Messages between a pair are matched in order per (peer, tag); any size,
  * streamed through a ring of slots in the receiver's memory, with no store
  * round trip. A recv buffer smaller than the message fails the recv with
- * MEP_ERR_INVALID naming both sizes. A peer that failed or left the active
- * set fails the call with MEP_ERR_PEER_FAILED; nothing waits forever. */
+ * MEP_ERR_INVALID naming both sizes (the message is consumed). A peer that
+ * failed or left the active set fails the call with MEP_ERR_PEER_FAILED;
+ * nothing waits forever: a send or recv that cannot finish within the
+ * communicator's timeout fails with MEP_ERR_TIMEOUT.
+ *
+ * Any source: mep_recv with peer MEP_ANY_SOURCE takes the first message of
+ * its tag from any rank, the own rank included, in the order the messages
+ * arrived (their first bytes); mep_req_source says who sent it. A message
+ * goes to the recv posted first among those that match it (naming its
+ * sender or any source), so order per (peer, tag) still holds. Faults: an
+ * any-source recv that is receiving a message when its sender fails fails
+ * with MEP_ERR_PEER_FAILED (the message was cut off); one still waiting
+ * for a message keeps waiting while some other rank of the group lives,
+ * and fails with MEP_ERR_PEER_FAILED once every other rank has failed (in
+ * a group of one it waits for the own rank's sends). */
+#define MEP_ANY_SOURCE (-1)
 MEP_API int mep_send(mep_comm_t *comm, const void *buf, size_t bytes, int peer,
                      int tag, mep_req_t **req);
 MEP_API int mep_recv(mep_comm_t *comm, void *buf, size_t bytes, int peer,

@@ -38,6 +38,7 @@ void MepBackend::shutdown() {
   comm_->close();
   // Every request finished when the communicator closed.
   sweep();
+  sweep_stale(true);
 }
 
 std::string MepBackend::what(const char *op, const at::Tensor &t) const {

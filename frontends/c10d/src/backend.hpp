@@ -23,6 +23,10 @@
 
 namespace mep_c10d {
 
+// Tags from here up carry the backend's own point-to-point messages (the
+// monitored barrier's), so users' send and recv refuse them.
+constexpr int kInternalTagBase = 1 << 30;
+
 class MepBackend : public c10d::Backend {
  public:
   MepBackend(const c10::intrusive_ptr<c10d::Store> &store,
@@ -84,12 +88,23 @@ class MepBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(
       std::vector<at::Tensor> &outputs, std::vector<at::Tensor> &inputs,
       const c10d::AllToAllOptions &opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>> &outputs,
+      std::vector<at::Tensor> &inputs,
+      const c10d::AllgatherOptions &opts) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor> &tensors,
                                       int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor> &tensors,
                                       int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor> &tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions &opts) override;
+  // gloo's protocol and messages (ops_monitored.cpp): rank 0 names the
+  // ranks that did not arrive within the timeout, or that the core knows
+  // failed; the others learn from rank 0 that it failed.
+  void monitoredBarrier(const c10d::BarrierOptions &opts,
+                        bool wait_all_ranks) override;
 
   // Fault tolerance, for the Python helpers (see docs/c10d.md).
   at::Tensor active_ranks();
@@ -127,6 +142,10 @@ class MepBackend : public c10d::Backend {
   // Waits for every tracked work (before recovery).
   void drain();
   void check_root(const char *op, int64_t root);
+  void check_tag(const char *op, int tag);
+  // recv, and recv from any source with src MEP_ANY_SOURCE.
+  c10::intrusive_ptr<c10d::Work> recv_from(std::vector<at::Tensor> &tensors,
+                                           int src, int tag);
   // One all-gather / reduce-scatter between flat tensors, as part of w.
   void gather_into(MepWork &w, const char *op, at::Tensor &out,
                    at::Tensor &in);
@@ -192,6 +211,28 @@ class MepBackend : public c10d::Backend {
   std::atomic<uint64_t> seq_{0};
   std::mutex pending_mu_;
   std::vector<c10::intrusive_ptr<MepWork>> pending_;
+
+  // The monitored barrier's messages (ops_monitored.cpp). One whose wait
+  // ended while it still ran is kept, with its buffer, until it finishes.
+  struct Msg {
+    mep_req_t *req = nullptr;
+    std::vector<int32_t> buf;  // what it sends, or room for what comes
+    int rc = MEP_OK;           // a failed submission: its code and message
+    std::string err;
+    ~Msg() { mep_req_free(req); }  // only once finished (keep_stale)
+  };
+  std::unique_ptr<Msg> post_msg(bool is_send, int peer, int tag,
+                                std::vector<int32_t> payload, size_t room);
+  // Waits up to ms (0: only looks) on m; true once it finished.
+  bool wait_msg(Msg &m, int64_t ms);
+  void keep_stale(std::unique_ptr<Msg> m);
+  void sweep_stale(bool all);
+  // Rank 0 tells every other rank that the barrier failed, naming `failed`.
+  void monitored_notify(int arrive_tag, const std::vector<int> &failed,
+                        int64_t timeout_ms);
+  std::atomic<uint64_t> monitored_seq_{0};
+  std::mutex stale_mu_;
+  std::vector<std::unique_ptr<Msg>> stale_;
 };
 
 }  // namespace mep_c10d

@@ -53,6 +53,7 @@ Comm::Comm(const c10::intrusive_ptr<c10d::Store> &store,
   o.max_size = max_size_;
   o.join = cfg.join ? 1 : 0;
   long core_t = conf_t > 0 ? conf_t : o.timeout_ms;
+  core_timeout_ms_ = static_cast<int>(std::min<long>(core_t, INT_MAX));
   // A wait without a timeout of its own outlasts the core's deadline, so
   // the core's message (what it waited for) is the one users see.
   wait_timeout_ms_ = static_cast<int>(
@@ -68,7 +69,7 @@ Comm::Comm(const c10::intrusive_ptr<c10d::Store> &store,
                        " the communicator of rank " +
                        std::to_string(cfg.rank) + " in a group of " +
                        std::to_string(cfg.size);
-    std::rethrow_exception(mep_error(rc, what, msg));
+    std::rethrow_exception(mep_error(rc, what, msg, core_timeout_ms_));
   }
   refresh_active();
 }

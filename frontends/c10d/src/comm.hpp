@@ -64,6 +64,8 @@ class Comm : public std::enable_shared_from_this<Comm> {
 
   int rank() const { return rank_; }
   int max_size() const { return max_size_; }
+  // The core's deadline ([core] timeout_ms, else the group's timeout).
+  int core_timeout_ms() const { return core_timeout_ms_; }
   // The deadline of a wait without its own timeout.
   int wait_timeout_ms() const { return wait_timeout_ms_; }
   void set_wait_timeout_ms(int ms) { wait_timeout_ms_ = ms; }
@@ -96,6 +98,7 @@ class Comm : public std::enable_shared_from_this<Comm> {
   mep_comm_t *comm_ = nullptr;
   int rank_;
   int max_size_;
+  int core_timeout_ms_;
   int wait_timeout_ms_;
   at::Tensor active_;
 

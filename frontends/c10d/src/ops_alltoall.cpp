@@ -153,11 +153,19 @@ c10::intrusive_ptr<c10d::Work> MepBackend::alltoall(
   });
 }
 
+void MepBackend::check_tag(const char *op, int tag) {
+  if (tag >= kInternalTagBase)
+    throw_value(std::string(op) + ": tag " + std::to_string(tag) +
+                " is reserved: tags from " + std::to_string(kInternalTagBase) +
+                " up carry the backend's own messages (monitored_barrier)");
+}
+
 c10::intrusive_ptr<c10d::Work> MepBackend::send(
     std::vector<at::Tensor> &tensors, int dst_rank, int tag) {
   const char *op = "send";
   require_host(op, mem_path(op, tensors));
   check_count(op, "the tensor list", tensors.size(), 1);
+  check_tag(op, tag);
   at::Tensor t = tensors[0];
   at::Tensor buf = contiguous_or_copy(t);
   size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
@@ -173,17 +181,23 @@ c10::intrusive_ptr<c10d::Work> MepBackend::send(
   });
 }
 
-c10::intrusive_ptr<c10d::Work> MepBackend::recv(
+// recv, and recvAnysource with src_rank MEP_ANY_SOURCE.
+c10::intrusive_ptr<c10d::Work> MepBackend::recv_from(
     std::vector<at::Tensor> &tensors, int src_rank, int tag) {
-  const char *op = "recv";
+  const bool any = src_rank == MEP_ANY_SOURCE;
+  const char *op = any ? "recv from any source" : "recv";
   require_host(op, mem_path(op, tensors));
   check_count(op, "the tensor list", tensors.size(), 1);
+  check_tag(op, tag);
   at::Tensor t = tensors[0];
   size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  auto w = make_work(OpType::RECV, "mep:recv",
-                     what(op, t) + " from rank " + std::to_string(src_rank) +
-                         " tag " + std::to_string(tag),
-                     {}, tensors);
+  std::string from =
+      any ? " from any rank" : " from rank " + std::to_string(src_rank);
+  auto w = make_work(any ? OpType::RECVANYSOURCE : OpType::RECV,
+                     any ? "mep:recvAnySource" : "mep:recv",
+                     what(op, t) + from + " tag " + std::to_string(tag), {},
+                     tensors);
+  w->mark_recv();
   return issue(w, [&](MepWork &w) {
     at::Tensor buf =
         t.is_contiguous() ? t : scratch(w, t.numel(), t.scalar_type());
@@ -197,11 +211,26 @@ c10::intrusive_ptr<c10d::Work> MepBackend::recv(
       if (got != bytes)
         std::rethrow_exception(mep_error(
             MEP_ERR_MISMATCH, self->what(),
-            "received " + std::to_string(got) + " bytes, the tensor has " +
-                std::to_string(bytes) + " (the sender's tensor differs)"));
+            "received " + std::to_string(got) + " bytes from rank " +
+                std::to_string(mep_req_source(self->request(0))) +
+                ", the tensor has " + std::to_string(bytes) +
+                " (the sender's tensor differs)"));
     });
     copy_back(w, t, buf);
   });
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::recv(
+    std::vector<at::Tensor> &tensors, int src_rank, int tag) {
+  // The core takes a negative peer for any source: not what recv asks.
+  if (src_rank < 0)
+    throw_value("recv: negative source rank " + std::to_string(src_rank));
+  return recv_from(tensors, src_rank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> MepBackend::recvAnysource(
+    std::vector<at::Tensor> &tensors, int tag) {
+  return recv_from(tensors, MEP_ANY_SOURCE, tag);
 }
 
 }  // namespace mep_c10d

@@ -1,4 +1,6 @@
 // ops_gather.cpp - all-gather (lists, flat, coalesced), gather, scatter.
+#include <algorithm>
+
 #include "backend.hpp"
 #include "errors.hpp"
 #include "ops_util.hpp"
@@ -95,6 +97,75 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allgather_into_tensor_coalesced(
   return issue(w, [&](MepWork &w) {
     for (size_t i = 0; i < inputs.size(); i++)
       gather_into(w, op, outputs[i], inputs[i]);
+  });
+}
+
+// The inputs' bytes one after the other, each at a multiple of 16 bytes so
+// every dtype views its slice in place; one all-gather of those bytes, and
+// each rank's slices copied into its output list. Any dtypes and shapes,
+// as long as outputs[r][i] is shaped like inputs[i].
+c10::intrusive_ptr<c10d::Work> MepBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputs,
+    std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) {
+  const char *op = "all_gather_coalesced";
+  check_count(op, "the output list", outputs.size(),
+              static_cast<size_t>(group_size_));
+  std::vector<at::Tensor> all = inputs;
+  for (size_t r = 0; r < outputs.size(); r++) {
+    check_count(op, ("output list " + std::to_string(r)).c_str(),
+                outputs[r].size(), inputs.size());
+    for (size_t i = 0; i < inputs.size(); i++)
+      if (outputs[r][i].scalar_type() != inputs[i].scalar_type() ||
+          outputs[r][i].numel() != inputs[i].numel())
+        throw_value(std::string(op) + ": output " + std::to_string(i) +
+                    " of rank " + std::to_string(r) + " has " +
+                    describe(outputs[r][i]) + ", input " + std::to_string(i) +
+                    " has " + describe(inputs[i]));
+    all = concat(all, outputs[r]);
+  }
+  require_host(op, mem_path(op, all));
+  std::vector<int64_t> off(inputs.size()), len(inputs.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    off[i] = total;
+    len[i] = inputs[i].numel() * inputs[i].element_size();
+    total += (len[i] + 15) / 16 * 16;
+  }
+  auto w = make_work(OpType::ALLGATHER_COALESCED, "mep:all_gather_coalesced",
+                     std::string(op) + " of " + std::to_string(inputs.size()) +
+                         " tensors, " + std::to_string(total) +
+                         " bytes (rank " + std::to_string(rank_) + ")",
+                     inputs, all);
+  return issue(w, [&](MepWork &w) {
+    at::Tensor in = scratch(w, total, at::kByte);
+    at::Tensor out = scratch(w, group_size_ * total, at::kByte);
+    for (size_t i = 0; i < inputs.size(); i++)
+      if (len[i])
+        in.narrow(0, off[i], len[i])
+            .view(inputs[i].scalar_type())
+            .copy_(inputs[i].reshape({-1}));
+    w.keep(in);
+    w.keep(out);
+    submit(w, true, [&](mep_comm_t *c, mep_req_t **r) {
+      return mep_allgather(c, data_of(in), data_of(out),
+                           static_cast<size_t>(total), MEP_UINT8, r);
+    });
+    w.on_success([outputs, out, off, len, total](
+                     const std::vector<int> &dropped) {
+      for (size_t r = 0; r < outputs.size(); r++) {
+        if (std::find(dropped.begin(), dropped.end(), static_cast<int>(r)) !=
+            dropped.end())
+          continue;  // a lost rank's tensors are left as they were
+        for (size_t i = 0; i < outputs[r].size(); i++) {
+          at::Tensor dst = outputs[r][i];
+          if (!len[i]) continue;
+          dst.copy_(out.narrow(0, static_cast<int64_t>(r) * total + off[i],
+                               len[i])
+                        .view(dst.scalar_type())
+                        .view(dst.sizes()));
+        }
+      }
+    });
   });
 }
 

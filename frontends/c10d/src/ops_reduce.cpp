@@ -154,11 +154,14 @@ c10::intrusive_ptr<c10d::Work> MepBackend::reduce(
 }
 
 c10::intrusive_ptr<c10d::Work> MepBackend::barrier(
-    const c10d::BarrierOptions &) {
+    const c10d::BarrierOptions &opts) {
   auto w = make_work(OpType::BARRIER, "mep:barrier",
                      "barrier (rank " + std::to_string(rank_) + " of " +
                          std::to_string(group_size_) + ")",
                      {}, {});
+  // barrier(timeout=...): its wait gives up then ("Timed out waiting");
+  // the barrier itself goes on until the core's deadline.
+  if (opts.timeout != c10d::kUnsetTimeout) w->set_wait_timeout(opts.timeout);
   return issue(w, [&](MepWork &w) {
     submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {
       return mep_barrier(c, r);

@@ -68,7 +68,8 @@ void MepWork::complete() {
   for (mep_req_t *r : reqs_) {
     // A finished request never touches the communicator: safe after close.
     int rc = mep_req_wait(r, 0);
-    if (rc < 0 && !exc) exc = mep_error(rc, what_, mep_last_error());
+    if (rc < 0 && !exc)
+      exc = mep_error(rc, what_, mep_last_error(), comm_->core_timeout_ms());
     if (rc == MEP_OK_DEGRADED) {
       int n = mep_req_dropped(r, nullptr, 0);
       std::vector<int> d(static_cast<size_t>(std::max(n, 0)));
@@ -103,6 +104,9 @@ void MepWork::wait_requests(std::chrono::milliseconds timeout) {
   const long total = timeout.count() > 0
                          ? static_cast<long>(std::min<int64_t>(
                                timeout.count(), INT_MAX))
+                     : wait_timeout_.count() >= 0
+                         ? static_cast<long>(std::min<int64_t>(
+                               wait_timeout_.count(), INT_MAX))
                          : comm_->wait_timeout_ms();
   const auto deadline = Clock::now() + std::chrono::milliseconds(total);
   while (!requests_done()) {
@@ -112,9 +116,9 @@ void MepWork::wait_requests(std::chrono::milliseconds timeout) {
     if (left <= 0)
       std::rethrow_exception(mep_error(
           MEP_ERR_TIMEOUT, what_,
-          "still running after " + std::to_string(total) +
-              " ms; it goes on in the background (wait again, or destroy "
-              "the process group)"));
+          "it is still running and goes on in the background (wait again, "
+          "or destroy the process group)",
+          static_cast<int>(total)));
     wait_slice(static_cast<int>(std::min<long>(left, 100)));
   }
 }
@@ -154,6 +158,17 @@ c10::intrusive_ptr<c10::ivalue::Future> MepWork::getFuture() {
     poll();  // closed: every request is finished
   }
   return fut;
+}
+
+int MepWork::sourceRank() const {
+  if (!recv_) return Work::sourceRank();  // torch's refusal
+  if (!requests_done() || reqs_.empty())
+    throw_value(what_ + ": the source rank is known once the receive "
+                "finished (wait for it first)");
+  int src = mep_req_source(reqs_[0]);
+  if (src < 0)
+    throw_value(what_ + ": the receive failed, so it has no source rank");
+  return src;
 }
 
 std::vector<int> MepWork::dropped() {

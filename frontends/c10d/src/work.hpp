@@ -39,6 +39,11 @@ class MepWork : public c10d::Work {
   void on_success(Then f) { on_success_.push_back(std::move(f)); }
   const std::string &what() const { return what_; }
   mep_req_t *request(size_t i) const { return reqs_[i]; }
+  // A receive: sourceRank() names the sender of what it received.
+  void mark_recv() { recv_ = true; }
+  // The deadline of wait() without a timeout, in place of the group's
+  // (a barrier's own timeout); negative: the group's.
+  void set_wait_timeout(std::chrono::milliseconds t) { wait_timeout_ = t; }
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout) override;
@@ -46,6 +51,10 @@ class MepWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  // For a finished receive: the group rank whose message it received (the
+  // one named, or for recv from any source the sender); torch's
+  // Work._source_rank() and dist.recv() without src return it.
+  int sourceRank() const override;
 
   // True once finished; completes the work when its requests are done.
   bool poll();
@@ -79,6 +88,8 @@ class MepWork : public c10d::Work {
   std::vector<at::Tensor> keep_;
   std::vector<std::shared_ptr<void>> alive_;
   std::vector<Then> on_success_;
+  bool recv_ = false;
+  std::chrono::milliseconds wait_timeout_{-1};
 
   std::mutex done_mu_;
   bool finished_ = false;

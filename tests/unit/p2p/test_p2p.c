@@ -104,7 +104,7 @@ static void test_args(mep_comm_t *comm) {
   mep_req_t *r = NULL;
   CHECK_RC(mep_send(comm, b, 4, n, 0, &r), MEP_ERR_INVALID);
   CHECK_MSG("peer");
-  CHECK_RC(mep_recv(comm, b, 4, -1, 0, &r), MEP_ERR_INVALID);
+  CHECK_RC(mep_recv(comm, b, 4, -2, 0, &r), MEP_ERR_INVALID);
   CHECK_RC(mep_send(comm, b, 4, 0, -3, &r), MEP_ERR_INVALID);
   CHECK_MSG("tag");
   CHECK_RC(mep_recv(comm, NULL, 4, 0, 0, &r), MEP_ERR_INVALID);

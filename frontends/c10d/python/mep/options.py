@@ -4,7 +4,9 @@ import torch
 
 class BackendOptions:
     """Options of the "mep" backend, given as ``pg_options`` to
-    ``init_process_group`` or ``new_group``.
+    ``init_process_group`` or ``new_group``. Positional as Mooncake's
+    options (``BackendOptions(active_ranks)``, ``BackendOptions(active_ranks,
+    True)`` for a replacement) or by name.
 
     active_ranks: an int32 CPU tensor with at least the group's size entries
         (``max_size`` entries to also see ranks the group grows to). The
