@@ -5,7 +5,7 @@ import enum
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _build_info, _ext
 
 
 class PeerState(enum.IntEnum):
@@ -16,7 +16,8 @@ class PeerState(enum.IntEnum):
     EMPTY = 3    # a slot beyond the group that nobody asked for
 
 
-def _backend(pg=None, device: str = "cpu") -> "_C.MepBackend":
+def _backend(pg=None, device: str = "cpu") -> "mep._C.MepBackend":
+    _C = _ext.load()
     if isinstance(pg, _C.MepBackend):
         return pg
     group = pg if pg is not None else dist.group.WORLD
@@ -70,4 +71,4 @@ def cuda_path(pg=None) -> str:
     (through pinned host memory); "" when this build or libmep has no CUDA.
     Collective: every rank of the group calls it (the first call sets the
     kernel path up)."""
-    return _backend(pg, "cuda" if _C.cuda_build else "cpu").cuda_path()
+    return _backend(pg, "cuda" if _build_info.C10D_CUDA else "cpu").cuda_path()
