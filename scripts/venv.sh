@@ -7,11 +7,15 @@
 # `. .venv/bin/activate` (or .venv/bin/python) imports mep, and torchrun and
 # mep-info run from it. The build stays in build-wheel/: a rerun rebuilds
 # what changed and reinstalls only then.
-# Usage: scripts/venv.sh [PIP_ARGS...]   (e.g. -Csetup-args=-Dcuda=disabled;
+# The CUDA parts are built where a GPU is visible (nvidia-smi lists one) or
+# MEP_VENV_CUDA=1; elsewhere -Dcuda=disabled saves the kernels' build time
+# (the CPU tests and the demo do not use them; tests/packaging/run.sh builds
+# and tests the CUDA wheel).
+# Usage: scripts/venv.sh [PIP_ARGS...]   (e.g. -Csetup-args=-Dgpu_arch=sm_80;
 #        given arguments always reinstall; scripts/setup.sh runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case ${1:-} in -h | --help) sed -n '2,11p' "$0" | cut -c3-; exit 0 ;; esac
+case ${1:-} in -h | --help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;; esac
 venv=$PWD/.venv
 if ! python3 -c 'import torch' >/dev/null 2>&1; then
   echo "venv: python3 has no torch, which mep's Python package needs; no .venv"
@@ -40,6 +44,10 @@ if ! [ -e "$venv/bin/torchrun" ]; then
     "$py" >"$venv/bin/torchrun"
   chmod +x "$venv/bin/torchrun"
 fi
+cuda=()
+if [ "${MEP_VENV_CUDA:-0}" != 1 ] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  cuda=(-Csetup-args=-Dcuda=disabled)
+fi
 stamp=$venv/.mep-installed
 if [ $# = 0 ] && [ -f "$stamp" ] && [ -f build-wheel/build.ninja ] &&
    ninja -C build-wheel -n 2>/dev/null | grep -q "no work to do"; then
@@ -47,8 +55,8 @@ if [ $# = 0 ] && [ -f "$stamp" ] && [ -f build-wheel/build.ninja ] &&
   exit 0
 fi
 rm -f "$stamp"
-echo "venv: building mep's wheel (build-wheel/) and installing it into .venv"
+echo "venv: building mep's wheel (build-wheel/${cuda[*]:+, no GPU here: without CUDA}) and installing it into .venv"
 "$py" -m pip install -q --no-build-isolation --force-reinstall --no-deps \
-  -Cbuild-dir="$PWD/build-wheel" "$@" .
+  -Cbuild-dir="$PWD/build-wheel" "${cuda[@]}" "$@" .
 touch "$stamp"
 echo "venv: .venv/bin/python imports mep $("$py" -c 'import mep; print(mep.__version__)')"

@@ -66,6 +66,11 @@ def check_wheel(wheel, build_dir):
                 fail(f"the wheel holds {fnmatch.filter(names, pat)}, which it should leave out")
         if not (infos["mep/_bin/mep-info"].external_attr >> 16) & 0o111:
             fail("mep/_bin/mep-info is not executable in the wheel")
+        # Built with CUDA (the kernels' architecture recorded): nvlink too.
+        if re.search(r'GPU_ARCH = "sm_', z.read("mep/ep/_paths.py").decode()):
+            if f"{LIBS}/mep/plugins/libmep-transport-nvlink.so" not in names:
+                fail("a CUDA build without the nvlink plugin")
+            print("  a CUDA build: the nvlink plugin is in")
         entry = z.read(fnmatch.filter(names, "mep-*.dist-info/entry_points.txt")[0]).decode()
         if "mep-info = mep.info:main" not in entry:
             fail(f"no mep-info console script in entry_points.txt:\n{entry}")

@@ -9,10 +9,11 @@
 # environment's files as they were before the install. No LD_LIBRARY_PATH,
 # MEP_PLUGIN_PATH or PYTHONPATH is set for any of it.
 #
-# Usage: tests/packaging/run.sh [--cuda] [--keep]
-#   --cuda  build with CUDA when the toolkit is found (default -Dcuda=disabled:
-#           the shorter build; scripts/setup.sh builds .venv's wheel with CUDA)
-#   --keep  keep the work directory (default: removed when all passed)
+# Usage: tests/packaging/run.sh [--no-cuda] [--keep]
+#   --no-cuda  build with -Dcuda=disabled (default: as a user's pip does, with
+#              CUDA when the toolkit is found: the nvlink plugin and the
+#              kernels are packed, and answer "no GPU" on a CPU machine)
+#   --keep     keep the work directory (default: removed when all passed)
 # The wheel is built by .venv's python when it has meson-python (after
 # scripts/setup.sh), else by a build environment made here with pip.
 # Prints one line per check and ends with "N passed, N failed, N skipped";
@@ -20,10 +21,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 src_root=$PWD
-cuda=disabled keep=0
+cuda=auto keep=0
 for a in "$@"; do
   case $a in
-  --cuda) cuda=auto ;;
+  --no-cuda) cuda=disabled ;;
   --keep) keep=1 ;;
   -h | --help) sed -n '2,20p' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a (--help)" >&2; exit 2 ;;
