@@ -92,8 +92,10 @@ PC
   echo "inih: static, from .carry/inih"
 fi
 
+# --config-settings, not -C: the pip of an older Python's venv lacks -C
 t wheel-build 3000 "$bpy" -m pip wheel --no-build-isolation --no-deps -w "$out/dist" . \
-  -Cbuild-dir="$src/build-gpu-wheel" -Csetup-args=-Dcuda=enabled "$@" || finish
+  --config-settings=build-dir="$src/build-gpu-wheel" \
+  --config-settings=setup-args=-Dcuda=enabled "$@" || finish
 wheel=$(ls "$out"/dist/mep-*.whl)
 t wheel-contents 120 python3 tests/packaging/check_wheel.py wheel "$wheel" "$src/build-gpu-wheel" || finish
 unzip -l "$wheel" | grep -E 'mesonpy.libs|_C\.|_bin' || true
