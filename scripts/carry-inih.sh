@@ -2,7 +2,8 @@
 # Fills .carry/inih (ignored by git) with this machine's inih headers,
 # library and a relocatable pkg-config file, for machines without inih
 # (the device machine): pass ".carry" as a carried path; the
-# scripts/bench-device-*.sh scripts use it when pkg-config finds no inih.
+# scripts/bench-device-*.sh scripts use it when pkg-config finds no inih,
+# tests/gpu/wheel.sh its static library (libinih.a, when this machine has it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=$(pkg-config --variable=libdir inih)
@@ -11,6 +12,7 @@ d=.carry/inih
 rm -rf "$d" && mkdir -p "$d/include" "$d/lib/pkgconfig"
 cp "$inc/ini.h" "$d/include/"
 cp -a "$lib"/libinih.so* "$d/lib/"
+[ -f "$lib/libinih.a" ] && cp "$lib/libinih.a" "$d/lib/"
 cat > "$d/lib/pkgconfig/inih.pc" <<PC
 prefix=\${pcfiledir}/../..
 libdir=\${prefix}/lib

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The demo: builds mep (scripts/setup.sh), shows what it finds and the routes
-# a local group picks, then runs a small Mixture-of-Experts layer
-# (examples/moe) on RANKS CPU processes over the TCP transport: mep.ep
-# dispatches the tokens to their experts' ranks and combines the results,
-# and every rank checks its output against the dense single-process layer.
-# Without the Python package (no torch) it runs the C all-to-all example
-# instead (examples/alltoall), saying why.
+# The demo: builds mep (scripts/setup.sh: the C install and, with pip, the
+# virtual environment .venv), shows what it finds and the routes a local
+# group picks, then runs a small Mixture-of-Experts layer (examples/moe) on
+# RANKS CPU processes over the TCP transport, under torchrun from .venv:
+# mep.ep dispatches the tokens to their experts' ranks and combines the
+# results, and every rank checks its output against the dense
+# single-process layer. Without the Python package (no torch) it runs the C
+# all-to-all example instead (examples/alltoall), saying why.
 # Usage: scripts/demo.sh [RANKS]
 set -euo pipefail
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
@@ -13,14 +14,17 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null
 n=${1:-4}
 bin="$PWD/_install/bin"
+py="$PWD/.venv/bin/python"  # mep installed with pip (scripts/venv.sh)
 export MEP_TRANSPORTS=${MEP_TRANSPORTS:-tcp}
-"$bin/mep-info" --size "$n"
+if [ -x "$PWD/.venv/bin/mep-info" ]; then
+  "$PWD/.venv/bin/mep-info" --size "$n"  # the wheel's, as a Python user runs it
+else
+  "$bin/mep-info" --size "$n"
+fi
 echo
 
-pydir="$PWD/_install/lib/mep/python"
-export PYTHONPATH="$pydir${PYTHONPATH:+:$PYTHONPATH}"
-if ! why=$(python3 -c 'import mep.ep' 2>&1); then
-  echo "demo: python3 cannot import mep.ep (${why##*$'\n'}); running the C all-to-all example"
+if ! why=$("$py" -c 'import mep.ep' 2>&1); then
+  echo "demo: .venv cannot import mep.ep (${why##*$'\n'}); running the C all-to-all example"
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   pids=()
   for ((r = 0; r < n; r++)); do
@@ -37,12 +41,9 @@ fi
 echo "MoE layer: $n ranks on CPU over tcp, 2 experts each, top-2, BF16 then FP8 dispatch"
 # One thread per rank: the ranks share this machine's cores.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-run() {
-  if command -v torchrun >/dev/null 2>&1; then
-    timeout 300 torchrun --standalone --nproc-per-node "$n" examples/moe/moe.py --device cpu "$@"
-  else  # the example starts its ranks itself
-    python3 examples/moe/moe.py --nproc "$n" --device cpu "$@"
-  fi
+run() {  # .venv's torchrun
+  timeout 300 "$PWD/.venv/bin/torchrun" --standalone --nproc-per-node "$n" \
+    examples/moe/moe.py --device cpu "$@"
 }
 rc=0
 run || rc=1

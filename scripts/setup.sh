@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what mep needs to build (Debian packages) and builds it into
-# build/, installed into _install/ (with the out-of-tree shm example plugin).
+# build/, installed into _install/ (with the out-of-tree shm example plugin);
+# then, for Python users, mep's wheel into the virtual environment .venv
+# (scripts/venv.sh, docs/install.md).
 # Usage: scripts/setup.sh            (idempotent; re-running only rebuilds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,16 +40,6 @@ fi
 ninja -C build
 ninja -C build install >/dev/null
 
-# python3 finds the installed mep package through a .pth file in its
-# site-packages, so `import mep` works in a fresh shell (docs/c10d.md).
-pydir="$prefix/lib/mep/python"
-if [ -f "$pydir/mep/__init__.py" ]; then
-  site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
-  [ -w "$site" ] || site=$(python3 -c 'import site; print(site.getusersitepackages())')
-  mkdir -p "$site" && echo "$pydir" > "$site/mep-c10d.pth"
-  echo "setup: python3 imports mep from $pydir (through $site/mep-c10d.pth)"
-fi
-
 # The shm example is built the way a third party would: out of tree, against
 # the installed headers, found through pkg-config.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -57,3 +49,15 @@ fi
 ninja -C build-shm-example
 ninja -C build-shm-example install >/dev/null
 echo "setup: built and installed into $prefix"
+
+# Python users get mep from pip, in .venv. An earlier setup.sh pointed
+# python3 at this tree's _install through a mep-c10d.pth file; it goes.
+if command -v python3 >/dev/null 2>&1; then
+  for site in $(python3 -c 'import site; print(*site.getsitepackages(), site.getusersitepackages())'); do
+    pth=$site/mep-c10d.pth
+    if [ -f "$pth" ] && [ "$(cat "$pth")" = "$prefix/lib/mep/python" ]; then
+      rm -f "$pth" && echo "setup: removed $pth (mep is pip-installed into .venv now)"
+    fi
+  done
+  ./scripts/venv.sh
+fi

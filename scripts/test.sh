@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
-# normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer.
-# Ends with one line "N passed, N failed". Usage: scripts/test.sh [--no-asan]
+# normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
+# then the pip path against an installed wheel (tests/packaging/run.sh;
+# MEP_TEST_PACKAGING=0 leaves it out).
+# Ends with one line "N passed, N failed, N skipped". Usage: scripts/test.sh [--no-asan]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
@@ -46,6 +48,14 @@ if [ "$asan" = 1 ]; then
   else
     echo "ASan build failed"; failed=$((failed + 1))
   fi
+fi
+if [ "${MEP_TEST_PACKAGING:-1}" != 0 ]; then
+  echo "=== tests: packaging (the wheel, installed into a new venv)"
+  tests/packaging/run.sh | tee build/packaging.log
+  read -r p f k < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' \
+    build/packaging.log | tail -1)
+  [ -n "${p:-}" ] || { p=0; f=1; k=0; }
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -16,7 +16,8 @@ Run it under torchrun:
 or, without torchrun, let it start the ranks itself:
     python3 examples/moe/moe.py --nproc 4
 (CUDA: --device cuda, one GPU per rank, or several ranks sharing GPUs.)
-python3 must import mep (scripts/setup.sh arranges it, or PYTHONPATH).
+The python must import mep: pip install it (docs/install.md; scripts/setup.sh
+installs it into .venv), or set PYTHONPATH to the build tree's package.
 """
 import argparse
 import datetime

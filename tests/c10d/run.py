@@ -1,7 +1,9 @@
-"""Runs one pytest file of the c10d backend's tests for meson: exits 77
+"""Runs one pytest file of the c10d backend's (or mep.ep's) tests: exits 77
 (skip) with the reason when the backend was not built or torch or pytest is
-missing; puts the built package first on the path of this process and of
-the ranks it starts."""
+missing. meson's tests pass --pythonpath, the package in the build tree,
+which goes first on the path of this process and of the ranks it starts;
+without it the tests use the mep that this Python has installed (the wheel:
+tests/packaging/run.sh)."""
 import argparse
 import os
 import sys
@@ -10,9 +12,10 @@ SKIP = 77
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--pythonpath", required=True,
-                    help="the build directory holding the mep package")
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--pythonpath", default="",
+                    help="the build directory holding the mep package "
+                         "(default: the installed one)")
     ap.add_argument("--not-built", default="",
                     help="why the backend was not built ('' when it was)")
     ap.add_argument("test_file")
@@ -27,9 +30,14 @@ def main() -> int:
             print(f"skip: {mod} is not importable by {sys.executable}: {e}")
             return SKIP
     import pytest
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
-    sys.path.insert(0, args.pythonpath)
+    if args.pythonpath:
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (args.pythonpath, os.environ.get("PYTHONPATH")) if p)
+        sys.path.insert(0, args.pythonpath)
+    else:
+        import importlib.util
+        spec = importlib.util.find_spec("mep")
+        print(f"testing the installed mep: {spec.origin if spec else 'none found'}")
     here = os.path.dirname(os.path.abspath(args.test_file))
     rc = pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", here,
                       args.test_file])

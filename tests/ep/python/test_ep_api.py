@@ -37,7 +37,7 @@ def raises(exc, match, fn, *a, **kw):
 
 def surface(ctx):
     mep_ep = eptest.init(ctx)
-    from mep import _ep_c
+    from mep.ep import _c as _ep_c
     Buffer = mep_ep.Buffer
     rank, R = ctx.rank, ctx.world
     T, H, L, K = 4, 256, 2, 2

@@ -5,7 +5,7 @@ import enum
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _build_info, _ext
 
 
 class PeerState(enum.IntEnum):
@@ -26,10 +26,11 @@ class PeerState(enum.IntEnum):
         return self in (PeerState.ACTIVE, PeerState.JOINING)
 
 
-def _backend(pg=None, device: str = "cpu") -> "_C.MepBackend":
+def _backend(pg=None, device: str = "cpu") -> "mep._C.MepBackend":
     """The "mep" backend of `pg`: a process group (None: the default one) or
     the backend object itself, as ``pg._get_backend(torch.device("cpu"))``
     returns it."""
+    _C = _ext.load()
     if isinstance(pg, _C.MepBackend):
         return pg
     if isinstance(pg, torch._C._distributed_c10d.Backend):
@@ -96,4 +97,4 @@ def cuda_path(pg=None) -> str:
     (through pinned host memory); "" when this build or libmep has no CUDA.
     Collective: every rank of the group calls it (the first call sets the
     kernel path up)."""
-    return _backend(pg, "cuda" if _C.cuda_build else "cpu").cuda_path()
+    return _backend(pg, "cuda" if _build_info.C10D_CUDA else "cpu").cuda_path()

@@ -22,6 +22,11 @@ The store server listens on 127.0.0.1 when every rank of the group runs on
 this host, else on every interface, and the others reach it at
 MEP_EP_STORE_HOST when set, else at the address of rank 0's interface
 toward MASTER_ADDR (torchrun sets it), else at rank 0's host name.
+
+`import mep.ep` runs the package's mep/__init__.py first, which registers the
+c10d backend but loads no extension, so mep.ep imports wherever the c10d
+extension is missing or was built against another torch; libmep and
+libmep-ep are loaded with ctypes at the first use of a Buffer (_c.py).
 """
 import ctypes
 import itertools
@@ -31,7 +36,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from . import _ep_c as _c
+from . import _c
 
 __all__ = ["Buffer", "EventOverlap", "topk_idx_t"]
 

@@ -1,18 +1,20 @@
 """ctypes bindings of libmep-ep (frontends/ep/include/mep/ep.h) and of the
 parts of libmep's public API (mep.h) that mep.ep needs.
 
-The libraries are found through _ep_paths, which meson generates: in the
-build tree they are where the build put them; in an install they sit three
-directories above the package (<prefix>/lib, the package being
-<prefix>/lib/mep/python/mep). MEP_EP_LIBRARY (a path to libmep-ep.so)
-overrides both. libmep is loaded first, by path and RTLD_GLOBAL, so that
-libmep-ep's dependency on it resolves to that same copy without any rpath.
+The libraries are found by path, through _paths, which meson generates: in
+the build tree they are where the build put them; installed, they are at
+_paths.INSTALL_LIB_REL from this package: <prefix>/lib for `meson install`
+(the package being <prefix>/lib/mep/python/mep/ep), site-packages/
+.mep.mesonpy.libs in a wheel (docs/install.md). MEP_EP_LIBRARY (a path to
+libmep-ep.so) overrides both. libmep is loaded first, by path and
+RTLD_GLOBAL, so that libmep-ep's dependency on it resolves to that same copy
+without LD_LIBRARY_PATH.
 """
 import ctypes
 import os
 import threading
 
-from . import _ep_paths
+from . import _paths
 
 # ep.h
 MAX_TOPK = 16
@@ -66,9 +68,9 @@ class CombineArgs(ctypes.Structure):
 def _lib_dirs():
     """(directory of libmep, directory of libmep-ep) for this package."""
     here = os.path.dirname(os.path.realpath(__file__))
-    if here == os.path.realpath(_ep_paths.BUILD_PKG_DIR):
-        return _ep_paths.BUILD_CORE_DIR, _ep_paths.BUILD_EP_DIR
-    libdir = os.path.normpath(os.path.join(here, _ep_paths.INSTALL_LIB_REL))
+    if here == os.path.realpath(_paths.BUILD_PKG_DIR):
+        return _paths.BUILD_CORE_DIR, _paths.BUILD_EP_DIR
+    libdir = os.path.normpath(os.path.join(here, _paths.INSTALL_LIB_REL))
     return libdir, libdir
 
 
@@ -126,7 +128,7 @@ class _Libs:
 
 def gpu_arch():
     """The GPU architecture the kernels were built for ("sm_90"), or ""."""
-    return getattr(_ep_paths, "GPU_ARCH", "")
+    return getattr(_paths, "GPU_ARCH", "")
 
 
 _libs = None
