@@ -9,7 +9,6 @@
  * then the bootstrap address (handshake.h, 16 B).
  */
 #include <arpa/inet.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,16 +32,8 @@ void mep__verbs_addr_encode(uint8_t out[MEP_VERBS_ADDR_LEN],
   mep__rdma_boot_addr_encode(out + 40, &a->boot);
 }
 
-static int bad(char *why, size_t n, const char *fmt, ...) MEP_PRINTF(3, 4);
-static int bad(char *why, size_t n, const char *fmt, ...) {
-  if (why && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return MEP_ERR_PROTOCOL;
-}
+#define bad(why, n, ...) mep__rdma_why(why, n, MEP_ERR_PROTOCOL, __VA_ARGS__)
+#define no(why, n, ...) mep__rdma_why(why, n, 0, __VA_ARGS__)
 
 int mep__verbs_addr_decode(const void *blob, size_t len, mep__verbs_addr_t *a,
                            char *why, size_t why_len) {
@@ -93,17 +84,6 @@ static int is_v4(const uint8_t g[16]) {
 static uint32_t v4_of(const uint8_t g[16]) {
   return (uint32_t)g[12] << 24 | (uint32_t)g[13] << 16 |
          (uint32_t)g[14] << 8 | g[15];
-}
-
-static int no(char *why, size_t n, const char *fmt, ...) MEP_PRINTF(3, 4);
-static int no(char *why, size_t n, const char *fmt, ...) {
-  if (why && n) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, n, fmt, ap);
-    va_end(ap);
-  }
-  return 0;
 }
 
 /* RoCE with IPv4 GIDs: one subnet, measured with the shorter of the two

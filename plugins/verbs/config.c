@@ -35,10 +35,11 @@ const mep_tp_cfg_key_t mep__verbs_keys[MEP_VERBS_NKEYS] = {
      "work requests of at most half of it. Bounds how long one call spends "
      "posting (a software device such as rxe moves the data in the posting "
      "thread) and shares the link between peers."},
-    {"max_inline", MEP_TP_CFG_INT, 0, 1024, "64", NULL,
+    {"max_inline", MEP_TP_CFG_INT, 0, 1024, "256", NULL,
      "Writes of at most this many bytes are copied into their work request "
-     "(inline): their source is free at once. The device may allow less; "
-     "0 turns inline data off."},
+     "(inline): their source is free at once. Where the device allows less, "
+     "the largest power-of-two fraction it takes; 0 turns inline data "
+     "off."},
     {"signal_every", MEP_TP_CFG_INT, 1, 4096, "16", NULL,
      "Work requests that complete no write (signals, inline writes) ask "
      "for a completion only this often; it must be below half of "

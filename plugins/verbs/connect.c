@@ -136,7 +136,7 @@ static int settle(verbs_ep_t *ep) {
   int64_t deadline = mep__rdma_now_ms() + VERBS_BYE_MS;
   for (;;) {
     mep__verbs_pump(ep);
-    if (mep__verbs_drain(ep)) return 0;
+    if (mep__verbs_drain(ep) < 0) return 0;
     if (mep__verbs_idle(ep)) return 1;
     if (mep__rdma_now_ms() >= deadline) return 0;
     struct timespec ts = {0, 50 * 1000};

@@ -3,9 +3,9 @@
  * readable while the queue holds something (so a core sleeping on
  * props.event_fd wakes for completions queued outside poll, by close()
  * or by an inline write). The eventfd is set by the first completion
- * queued and cleared only when poll() looks at its fds and finds the
- * queue empty: a system call each way per millisecond at most, not per
- * completion (a core that sleeps on it may wake once for nothing). */
+ * queued and cleared only when poll() has been idle a while and finds
+ * the queue empty: not two system calls per completion (a core that
+ * sleeps on it may wake once for nothing). */
 #include <stdlib.h>
 #include <unistd.h>
 

@@ -33,7 +33,8 @@ static int set_slots(verbs_ep_t *ep) {
 
 static int make(verbs_ep_t *ep) {
   verbs_ctx_t *ctx = ep->ctx;
-  int cqe = ctx->cfg.nqp * (ctx->cfg.sq_depth + 2) + 16;
+  /* every send slot of every queue pair, and queue pair 0's receives */
+  int cqe = (ctx->cfg.nqp + 1) * (ctx->cfg.sq_depth + 2) + 16;
   ep->cq = ibv_create_cq(ctx->dev.ib, cqe, ep, ctx->dev.chan, 0);
   if (!ep->cq)
     return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: creating a "
@@ -47,6 +48,10 @@ static int make(verbs_ep_t *ep) {
     if (ring_alloc(ep, q))
       return VERBS_ERR(ctx, MEP_ERR_NOMEM, "verbs: connect: out of memory");
   }
+  if (mep__verbs_post_recvs(ep))
+    return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: posting receives "
+                     "for rank %d's signals failed: %s", ctx->rank, ep->rank,
+                     strerror(errno));
   if (ep->max_inline < 8 && set_slots(ep))
     return VERBS_ERR(ctx, MEP_ERR_NOMEM, "verbs: rank %d: registering the "
                      "signal words for rank %d failed: %s", ctx->rank,

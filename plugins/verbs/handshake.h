@@ -130,6 +130,11 @@ static inline uint64_t mep__rdma_get64(const uint8_t *p) {
 /* ------------------------------------------------ pure encode / decode
  * (handshake_wire.c: no sockets, no state; unit-tested and fuzzed) */
 
+/* Writes the reason (printf) into why[0..n) when why is not NULL; returns
+ * code: `return mep__rdma_why(why, n, MEP_ERR_PROTOCOL, "...", ...);`. */
+int mep__rdma_why(char *why, size_t n, int code, const char *fmt, ...)
+    MEP_PRINTF(4, 5);
+
 /* What a peer needs to bring its queue pairs to RTR towards ours. */
 typedef struct mep__rdma_qpinfo {
   uint8_t gid[16];

@@ -10,9 +10,7 @@
 
 #include "handshake.h"
 
-static int bad(char *why, size_t n, int code, const char *fmt, ...)
-    MEP_PRINTF(4, 5);
-static int bad(char *why, size_t n, int code, const char *fmt, ...) {
+int mep__rdma_why(char *why, size_t n, int code, const char *fmt, ...) {
   if (why && n) {
     va_list ap;
     va_start(ap, fmt);
@@ -21,6 +19,7 @@ static int bad(char *why, size_t n, int code, const char *fmt, ...) {
   }
   return code;
 }
+#define bad mep__rdma_why
 
 static int all_zero(const uint8_t *p, size_t n) {
   uint8_t acc = 0;

@@ -1,22 +1,16 @@
 /*
  * poll.c - progress: the endpoints' completion queues, the completion
- * channel (re-armed after each event, so an idle core can sleep on the
- * epoll fd), the device's async events (a queue pair gone to error), and
- * the endpoints' sockets, whose end is the fastest news of a dead peer.
+ * channel (re-armed once calls find nothing, so that an idle core can
+ * sleep on the epoll fd), the device's async events (a queue pair gone to
+ * error), and the endpoints' sockets, whose end is the fastest news of a
+ * dead peer.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <time.h>
 
 #include "verbs.h"
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 /* What a failed work completion says about the peer. */
 static int wc_status(enum ibv_wc_status s) {
@@ -39,10 +33,15 @@ static int qp_index(const verbs_ep_t *ep, uint32_t qp_num) {
 int mep__verbs_drain(verbs_ep_t *ep) {
   verbs_ctx_t *ctx = ep->ctx;
   struct ibv_wc wc[32];
-  int n;
+  int n, got = 0;
   while (!ep->dead && (n = ibv_poll_cq(ep->cq, 32, wc)) > 0) {
+    got += n;
     for (int i = 0; i < n && !ep->dead; i++) {
       int q = qp_index(ep, wc[i].qp_num);
+      if (wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == VERBS_RECV_ID) {
+        ep->recvs--; /* a signal of the peer landed */
+        continue;
+      }
       if (wc[i].status == IBV_WC_SUCCESS && q >= 0) {
         mep__verbs_complete(ep, q, wc[i].wr_id);
         continue;
@@ -60,18 +59,30 @@ int mep__verbs_drain(verbs_ep_t *ep) {
               ctx->rank, ep->rank);
     mep__verbs_ep_fail(ep, MEP_ERR_PEER_FAILED, 1);
   }
-  return ep->dead ? -1 : 0;
+  if (!ep->dead && mep__verbs_post_recvs(ep)) {
+    VERBS_LOG(ctx, MEP_LOG_ERROR, "verbs: rank %d: posting receives for "
+              "rank %d's signals failed: %s; the peer is reported failed",
+              ctx->rank, ep->rank, strerror(errno));
+    mep__verbs_ep_fail(ep, MEP_ERR_PEER_FAILED, 1);
+  }
+  return ep->dead ? -1 : got;
 }
 
-/* ep->mu held: completions, then what may be posted now; the completion
- * queue is re-armed after an event, and drained once more so that a
- * completion that came before the arming is not left waiting. */
-static void progress(verbs_ep_t *ep) {
-  if (ep->dead || mep__verbs_drain(ep)) return;
-  mep__verbs_pump(ep);
-  if (ep->cq_armed) return;
+/* ep->mu held: completions, then what may be posted now. The number of
+ * completions taken. */
+static int progress(verbs_ep_t *ep) {
+  int got = ep->dead ? 0 : mep__verbs_drain(ep);
+  if (got >= 0 && !ep->dead) mep__verbs_pump(ep);
+  return got > 0 ? got : 0;
+}
+
+/* ep->mu held: arms the completion queue that an event disarmed, then
+ * drains it once more, so that a completion that came before the arming
+ * is not left waiting without an event. */
+static int arm(verbs_ep_t *ep) {
+  if (ep->dead || ep->cq_armed) return 0;
   ep->cq_armed = ibv_req_notify_cq(ep->cq, 0) == 0;
-  if (!mep__verbs_drain(ep)) mep__verbs_pump(ep);
+  return progress(ep);
 }
 
 /* ------------------------------------------------------------ events */
@@ -154,7 +165,6 @@ static void on_link(verbs_ep_t *ep) {
 }
 
 static void check_fds(verbs_ctx_t *ctx) {
-  mep__verbs_cq_settle(ctx);
   struct epoll_event evs[32];
   int n = epoll_wait(ctx->epfd, evs, 32, 0);
   for (int i = 0; i < n; i++) {
@@ -168,22 +178,42 @@ static void check_fds(verbs_ctx_t *ctx) {
   }
 }
 
+/* poll_mu held: every live endpoint through fn; the completions taken. */
+static int each_ep(verbs_ctx_t *ctx, int (*fn)(verbs_ep_t *)) {
+  int got = 0;
+  pthread_mutex_lock(&ctx->mu);
+  for (verbs_ep_t *ep = ctx->live; ep; ep = ep->live_next) {
+    pthread_mutex_lock(&ep->mu);
+    got += fn(ep);
+    pthread_mutex_unlock(&ep->mu);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  return got;
+}
+
+/*
+ * What costs a system call is done only when it matters. The fds are
+ * looked at every VERBS_FD_CHECK_POLLS calls. Events are needed only by a
+ * core about to sleep on the epoll fd, and it sleeps only after many calls
+ * that found nothing: so the completion queues are re-armed, and the
+ * eventfd of the plugin's queue cleared, after VERBS_IDLE_POLLS such calls
+ * in a row, not after every event (in a ping-pong that would be two more
+ * system calls per message).
+ */
 int mep__verbs_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
   verbs_ctx_t *ctx = ctxp;
   if (!ctx || max < 0 || (max > 0 && !out)) return MEP_ERR_INVALID;
   pthread_mutex_lock(&ctx->poll_mu);
-  int64_t now = now_us();
-  if (now >= ctx->next_fd_check) {
-    ctx->next_fd_check = now + VERBS_FD_CHECK_US;
-    check_fds(ctx);
+  if (++ctx->npoll % VERBS_FD_CHECK_POLLS == 0) check_fds(ctx);
+  int got = each_ep(ctx, progress);
+  if (got) {
+    ctx->idle = 0;
+  } else if (++ctx->idle == VERBS_IDLE_POLLS) {
+    mep__verbs_cq_settle(ctx);
+    each_ep(ctx, arm);
   }
-  pthread_mutex_lock(&ctx->mu);
-  for (verbs_ep_t *ep = ctx->live; ep; ep = ep->live_next) {
-    pthread_mutex_lock(&ep->mu);
-    progress(ep);
-    pthread_mutex_unlock(&ep->mu);
-  }
-  pthread_mutex_unlock(&ctx->mu);
   pthread_mutex_unlock(&ctx->poll_mu);
-  return max > 0 ? mep__verbs_cq_pop(ctx, out, max) : 0;
+  int n = max > 0 ? mep__verbs_cq_pop(ctx, out, max) : 0;
+  if (n) ctx->idle = 0;
+  return n;
 }

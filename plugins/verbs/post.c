@@ -3,10 +3,11 @@
  * queue pairs, posted as the send queues allow, completed in order.
  *
  * Writes. A write of at most max_inline bytes goes inline on queue pair 0
- * (copied at post, its token completes right then); it waits for the
- * signal that usually follows (at most VERBS_LAZY_MAX of them, never past
+ * (copied at post, its token completes right then). A write of at most
+ * VERBS_LAZY_BYTES waits for the signal that usually follows (never past
  * the next signal, poll() or close()), so that both go to the device in
- * one doorbell. A longer one goes on
+ * one doorbell: one system call with a software device. A longer one goes
+ * on
  * queue pair 0 in requests of at most the port's largest message and half
  * of inflight_bytes, posted while the queue pair has less than
  * inflight_bytes at the device; one of
@@ -14,8 +15,9 @@
  * token completes when every part has.
  *
  * Signals, and why one lands after every earlier write of its endpoint.
- * A signal is an RDMA WRITE of 8 bytes (SET) or an atomic FETCH_AND_ADD
- * (ADD), always on queue pair 0. On one RC queue pair the responder
+ * A signal is an RDMA WRITE of 8 bytes (SET, with an immediate whose
+ * receive completion wakes a peer sleeping on its event fd) or an atomic
+ * FETCH_AND_ADD (ADD), always on queue pair 0. On one RC queue pair the responder
  * executes requests in the order they were posted, and places a write's
  * data before it executes the next request (in PCIe order on a NIC,
  * posted writes are not reordered; rxe copies them in order): so a
@@ -142,6 +144,11 @@ static void fill(verbs_ep_t *ep, int q, uint64_t s, struct ibv_send_wr *wr,
   switch (e->kind) {
   case VW_INLINE: wr->send_flags |= IBV_SEND_INLINE; break;
   case VW_SET:
+    /* the immediate consumes a receive of the peer, whose completion wakes
+     * a peer that sleeps on its event fd; its value means nothing */
+    wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr->imm_data = 0;
+    /* fall through */
   case VW_MARK:
     sge->length = 8;
     if (ep->max_inline >= 8) {
@@ -165,13 +172,17 @@ static void fill(verbs_ep_t *ep, int q, uint64_t s, struct ibv_send_wr *wr,
   }
 }
 
-/* Whether what waits on queue pair q is only a few inline writes, which
+/* Whether what waits on queue pair q is only a few small writes, which
  * may wait for the signal that usually follows them. */
 static int only_lazy(const verbs_qp_t *p) {
   if (p->tail - p->posted > VERBS_LAZY_MAX) return 0;
-  for (uint64_t s = p->posted; s < p->tail; s++)
-    if (p->ring[s & p->mask].kind != VW_INLINE) return 0;
-  return 1;
+  uint64_t bytes = 0;
+  for (uint64_t s = p->posted; s < p->tail; s++) {
+    const verbs_wr_t *e = &p->ring[s & p->mask];
+    if ((e->kind != VW_INLINE && e->kind != VW_WRITE) || e->op) return 0;
+    bytes += e->len;
+  }
+  return bytes <= VERBS_LAZY_BYTES;
 }
 
 /* ep->mu held: posts what waits on queue pair q, as far as its send queue
@@ -219,6 +230,26 @@ static void pump_qp(verbs_ep_t *ep, int q, int lazy) {
 
 void mep__verbs_pump(verbs_ep_t *ep) {
   for (int q = 0; q < ep->nqp && !ep->dead; q++) pump_qp(ep, q, 0);
+}
+
+int mep__verbs_post_recvs(verbs_ep_t *ep) {
+  int want = ep->ctx->cfg.sq_depth - ep->recvs;
+  if (want < ep->ctx->cfg.sq_depth / 4 && ep->recvs) return 0;
+  struct ibv_recv_wr wr[VERBS_POST_BATCH], *bad;
+  while (want > 0) {
+    int n = want < VERBS_POST_BATCH ? want : VERBS_POST_BATCH;
+    for (int i = 0; i < n; i++)
+      wr[i] = (struct ibv_recv_wr){.wr_id = VERBS_RECV_ID,
+                                   .next = i + 1 < n ? &wr[i + 1] : NULL};
+    int err = ibv_post_recv(ep->qps[0].qp, wr, &bad);
+    if (err) {
+      errno = err;
+      return -1;
+    }
+    ep->recvs += n;
+    want -= n;
+  }
+  return 0;
 }
 
 int mep__verbs_idle(const verbs_ep_t *ep) {

@@ -21,7 +21,9 @@ static struct ibv_qp *create(verbs_ep_t *ep, uint32_t inline_bytes,
   ia->send_cq = ep->cq;
   ia->recv_cq = ep->cq;
   ia->cap.max_send_wr = (uint32_t)ctx->cfg.sq_depth;
-  ia->cap.max_recv_wr = 1; /* nothing is ever received: no SEND is used */
+  /* queue pair 0 receives the peer's signals (a WRITE with immediate
+   * consumes a receive); the others receive nothing */
+  ia->cap.max_recv_wr = (uint32_t)ctx->cfg.sq_depth;
   ia->cap.max_send_sge = 1;
   ia->cap.max_recv_sge = 1;
   ia->cap.max_inline_data = inline_bytes;
@@ -32,9 +34,11 @@ static struct ibv_qp *create(verbs_ep_t *ep, uint32_t inline_bytes,
 int mep__verbs_qp_create(verbs_ep_t *ep, int i) {
   verbs_ctx_t *ctx = ep->ctx;
   struct ibv_qp_init_attr ia;
-  struct ibv_qp *qp = create(ep, (uint32_t)ctx->cfg.max_inline, &ia);
-  if (!qp && ctx->cfg.max_inline) /* the device allows less inline data */
-    qp = create(ep, 0, &ia);
+  /* a device that allows less inline data refuses the queue pair: ask for
+   * half as much until it takes it */
+  uint32_t inl = (uint32_t)ctx->cfg.max_inline;
+  struct ibv_qp *qp = create(ep, inl, &ia);
+  while (!qp && inl) qp = create(ep, inl /= 2, &ia);
   if (!qp)
     return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: creating queue "
                      "pair %d for rank %d on %s failed: %s (send_queue %d)",

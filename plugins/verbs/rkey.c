@@ -6,7 +6,6 @@
  * kind, u32 owner rank, u32 rkey, u64 address of the region's first byte
  * in the owner's address space (as the device sees it), u64 length.
  */
-#include <stdio.h>
 #include <string.h>
 
 #include "verbs.h"
@@ -35,10 +34,9 @@ int mep__verbs_rkey_decode(const void *blob, size_t len, mep__verbs_rkey_t *k,
     what = "it is not a verbs key (magic)";
   else if (mep__rdma_get16(in + 4) != VERBS_RKEY_VERSION)
     what = "its version is not 1";
-  if (what) {
-    snprintf(why, why_len, "bad remote key (%zu bytes): %s", len, what);
-    return MEP_ERR_PROTOCOL;
-  }
+  if (what)
+    return mep__rdma_why(why, why_len, MEP_ERR_PROTOCOL, "bad remote key "
+                         "(%zu bytes): %s", len, what);
   k->kind = mep__rdma_get16(in + 6);
   k->rank = mep__rdma_get32(in + 8);
   k->rkey = mep__rdma_get32(in + 12);
@@ -48,9 +46,7 @@ int mep__verbs_rkey_decode(const void *blob, size_t len, mep__verbs_rkey_t *k,
     what = "an unknown memory kind";
   else if (k->len && k->addr > UINT64_MAX - k->len)
     what = "a region that wraps around the address space";
-  if (what) {
-    snprintf(why, why_len, "bad remote key: %s", what);
-    return MEP_ERR_PROTOCOL;
-  }
-  return 0;
+  return what ? mep__rdma_why(why, why_len, MEP_ERR_PROTOCOL,
+                              "bad remote key: %s", what)
+              : 0;
 }

@@ -55,15 +55,21 @@
 /* How long close() may wait for the last completions, and then as long
  * for its goodbye to be acknowledged. */
 #define VERBS_BYE_MS 200
-/* Inline writes that may wait for the signal that usually follows them,
- * so that both go to the device in one doorbell (docs/perf.md). */
+/* Small writes that may wait for the signal that usually follows them,
+ * so that both go to the device in one doorbell (docs/perf.md): at most
+ * this many, of at most this many bytes together. */
 #define VERBS_LAZY_MAX 8
+#define VERBS_LAZY_BYTES (16u * 1024u)
 /* Work requests handed to one ibv_post_send. */
 #define VERBS_POST_BATCH 32
 /* poll() looks at its fds (sockets, async events, the completion channel)
- * at most this often (a system call each time, which a ping-pong cannot
+ * every this many calls (a system call each time, which a ping-pong cannot
  * afford on every call); completions are polled on every call. */
-#define VERBS_FD_CHECK_US 1000
+#define VERBS_FD_CHECK_POLLS 32
+/* After this many calls in a row that found nothing, poll() re-arms the
+ * completion queues and clears its eventfd: the core sleeps on the epoll
+ * fd only after 512 idle calls (core/src/progress.c). */
+#define VERBS_IDLE_POLLS 128
 
 typedef struct verbs_cfg {
   char device[64];
@@ -181,6 +187,7 @@ typedef struct verbs_ep {
   size_t fcap, fhead, fn;
   uint64_t peer_scratch;
   uint32_t peer_scratch_rkey;
+  int recvs; /* receives posted on queue pair 0, for the peer's signals */
   /* with no inline support: the sources of SET, one per send slot */
   uint64_t *set_slots;
   struct ibv_mr *set_mr;
@@ -227,7 +234,7 @@ typedef struct verbs_ctx {
   uint8_t *connecting;     /* size entries */
   verbs_ep_t *live;        /* the published endpoints */
   verbs_mr_t *mrs;         /* live registrations */
-  int64_t next_fd_check;   /* poll thread: in microseconds */
+  unsigned npoll, idle;    /* poll thread: calls, and idle calls in a row */
 
   mep_tp_completion_t *cq;
   size_t cq_head, cq_n, cq_cap;
@@ -277,7 +284,7 @@ uint64_t mep__verbs_fabric_hash(const char *name);
 void mep__verbs_cq_push(verbs_ctx_t *ctx, uint64_t token, int status,
                         int peer);
 int mep__verbs_cq_pop(verbs_ctx_t *ctx, mep_tp_completion_t *out, int max);
-/* Clears the eventfd when the queue is empty (poll's fd check). */
+/* Clears the eventfd when the queue is empty (poll, when idle). */
 void mep__verbs_cq_settle(verbs_ctx_t *ctx);
 void mep__verbs_cq_forget(verbs_ctx_t *ctx, int rank);
 
@@ -321,11 +328,16 @@ void mep__verbs_complete(verbs_ep_t *ep, int q, uint64_t s);
 void mep__verbs_mark(verbs_ep_t *ep);
 /* ep->mu held: nothing queued or at the device. */
 int mep__verbs_idle(const verbs_ep_t *ep);
+/* ep->mu held: tops queue pair 0's receives up (a signal of the peer
+ * consumes one). 0, or -1 with errno. */
+int mep__verbs_post_recvs(verbs_ep_t *ep);
+/* The wr_id of a receive. */
+#define VERBS_RECV_ID UINT64_MAX
 
 /* poll.c */
 int mep__verbs_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max);
-/* ep->mu held: takes the completions of ep's queue; 0, or -1 when the
- * endpoint failed meanwhile. */
+/* ep->mu held: takes the completions of ep's queue: how many, or -1 when
+ * the endpoint failed meanwhile. */
 int mep__verbs_drain(verbs_ep_t *ep);
 
 /* region.c */
