@@ -33,7 +33,7 @@ static int qp_index(const verbs_ep_t *ep, uint32_t qp_num) {
 int mep__verbs_drain(verbs_ep_t *ep) {
   verbs_ctx_t *ctx = ep->ctx;
   struct ibv_wc wc[32];
-  int n, got = 0;
+  int n = 0, got = 0;
   while (!ep->dead && (n = ibv_poll_cq(ep->cq, 32, wc)) > 0) {
     got += n;
     for (int i = 0; i < n && !ep->dead; i++) {

@@ -65,11 +65,11 @@
 /* poll() looks at its fds (sockets, async events, the completion channel)
  * every this many calls (a system call each time, which a ping-pong cannot
  * afford on every call); completions are polled on every call. */
-#define VERBS_FD_CHECK_POLLS 32
+#define VERBS_FD_CHECK_POLLS 256
 /* After this many calls in a row that found nothing, poll() re-arms the
  * completion queues and clears its eventfd: the core sleeps on the epoll
  * fd only after 512 idle calls (core/src/progress.c). */
-#define VERBS_IDLE_POLLS 128
+#define VERBS_IDLE_POLLS 384
 
 typedef struct verbs_cfg {
   char device[64];
