@@ -7,8 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# libibverbs-dev builds the verbs plugin; rdma-core and ibverbs-providers
+# are the RDMA userland its tests run with (Soft-RoCE in the VM of
+# scripts/rdma-vm.sh, which installs what else it needs itself).
 need=()
-for pkg in meson ninja-build pkg-config gcc libinih-dev iperf3; do
+for pkg in meson ninja-build pkg-config gcc libinih-dev iperf3 \
+           libibverbs-dev rdma-core ibverbs-providers; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -36,6 +40,9 @@ fi
 prefix="$PWD/_install"
 if [ ! -f build/build.ninja ]; then
   meson setup build --prefix="$prefix" --libdir=lib
+elif ((${#need[@]})); then
+  # packages just installed (libibverbs) change what the build finds
+  meson setup --reconfigure build >/dev/null
 fi
 ninja -C build
 ninja -C build install >/dev/null

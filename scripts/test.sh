@@ -2,14 +2,21 @@
 # Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
 # normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
 # then the pip path against an installed wheel (tests/packaging/run.sh;
-# MEP_TEST_PACKAGING=0 leaves it out).
-# Ends with one line "N passed, N failed, N skipped". Usage: scripts/test.sh [--no-asan]
+# MEP_TEST_PACKAGING=0 leaves it out); then the verbs transport's RDMA tests
+# in one VM with Soft-RoCE (tests/verbs/run-vm.sh; one SKIP line where no VM
+# can run). Ends with one line "N passed, N failed, N skipped".
+# Usage: scripts/test.sh [--no-asan] [--no-vm]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 
-asan=1
-[ "${1:-}" = "--no-asan" ] && asan=0
+asan=1 vm=1
+for arg in "$@"; do
+  case $arg in
+    --no-asan) asan=0 ;;
+    --no-vm) vm=0 ;;
+  esac
+done
 prefix="$PWD/_install"
 export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
@@ -57,5 +64,21 @@ if [ "${MEP_TEST_PACKAGING:-1}" != 0 ]; then
   [ -n "${p:-}" ] || { p=0; f=1; k=0; }
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
 fi
+# The verbs set: one line per test and "N passed, N failed" last; exit
+# 77 with a SKIP line where neither an RDMA device nor a VM is available.
+run_vm() {
+  echo "=== tests: verbs over RDMA (tests/verbs/run-vm.sh)"
+  local log=build/verbs-vm.log rc p f
+  tests/verbs/run-vm.sh build 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  skipped=$((skipped + $(grep -c '^SKIP ' "$log")))
+  if read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$log" | tail -1) &&
+     [ -n "$p" ]; then
+    passed=$((passed + p)); failed=$((failed + f))
+  elif [ "$rc" != 77 ]; then
+    echo "verbs VM tests ended without a summary (exit $rc)"; failed=$((failed + 1))
+  fi
+}
+[ "$vm" = 1 ] && run_vm
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

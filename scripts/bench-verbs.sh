@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Measures the verbs transport against perftest on the same RDMA device, in
+# one run: bandwidth of 64 MiB puts (mep-plugin-check --bench) against
+# ib_write_bw with 64 MiB messages, and the 8-byte put+signal round trip
+# against ib_write_lat's (perftest reports half a round trip; it is doubled
+# here, so both columns are round trips). Each is run REPEAT times (default
+# 5), interleaved, and the medians are printed as a markdown table ready
+# for docs/perf.md. perftest reports MB/s of 2^20 bytes; the table is in
+# GB/s of 10^9 bytes, as mep-plugin-check prints.
+# Where this host has no RDMA device the whole run happens in the Soft-RoCE
+# VM of scripts/rdma-vm.sh (rxe0, GID index 1): a software device under
+# emulation, whose absolute numbers mean little; the ratios are the result.
+# Usage: scripts/bench-verbs.sh [REPEAT]     (after scripts/setup.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeat=${1:-5}
+if [ "${RUN_VM_INSIDE:-0}" != 1 ] && ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
+  export RUN_VM_INSIDE=1
+  exec scripts/rdma-vm.sh "$0" "$repeat"
+fi
+dev=${BENCH_DEVICE:-$(ls /sys/class/infiniband | head -1)}
+gid=${BENCH_GID_INDEX:-1}
+check=build/tools/plugin-check/mep-plugin-check
+verbs=build/plugins/verbs/libmep-transport-verbs.so
+export MEP_VERBS_DEVICE=$dev
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# perftest NAME ARGS...: its server, a wait for its port, its client;
+# prints the client's result line (the one after the "#bytes" header)
+perftest() {
+  local tool=$1
+  shift
+  "$tool" -d "$dev" -x "$gid" "$@" >/dev/null 2>&1 &
+  local srv=$! i
+  for i in $(seq 300); do ss -ltn | grep -q ':18515 ' && break; sleep 0.1; done
+  "$tool" -d "$dev" -x "$gid" "$@" 127.0.0.1 2>&1 | grep -A1 '#bytes' | tail -1
+  wait "$srv" || true
+}
+
+pl=(); pb=(); ml=(); mb=()
+for ((i = 0; i < repeat; i++)); do
+  pl+=("$(perftest ib_write_lat -s 8 -n 5000 | awk '{print 2 * $5}')")
+  pb+=("$(perftest ib_write_bw -s 67108864 -n 8 | awk '{printf "%.4f", $4 * 1048576 / 1e9}')")
+  out=$("$check" --bench --iters 5000 --iters-bw 8 "$verbs")
+  ml+=("$(awk '$1 == "latency" {print $4}' <<<"$out")")
+  mb+=("$(awk '$1 == "bandwidth" {print $8}' <<<"$out")")
+done
+PL=$(printf '%s\n' "${pl[@]}" | median); PB=$(printf '%s\n' "${pb[@]}" | median)
+ML=$(printf '%s\n' "${ml[@]}" | median); MB=$(printf '%s\n' "${mb[@]}" | median)
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+cat <<TABLE
+| measure | mep verbs | perftest on $dev | ratio | target |
+| --- | --- | --- | --- | --- |
+| bandwidth, 64 MiB puts (GB/s) | $MB | ib_write_bw -s 64M -n 8: $PB | $(ratio "$MB" "$PB") (mep/perftest) | >= 0.8 |
+| 8 B put+signal round trip (us, median) | $ML | ib_write_lat -s 8, 2 x typical: $PL | $(ratio "$ML" "$PL") (mep/perftest) | <= 1.5 |
+
+runs: $repeat each, interleaved; all samples: ib_write_bw ${pb[*]} GB/s; mep ${mb[*]} GB/s; ib_write_lat (round trip) ${pl[*]} us; mep ${ml[*]} us
+TABLE
+
+# The core over verbs and over tcp on the same machine, same run: time per
+# call (us, the slowest rank's mean) of mep-perf, median of REPEAT runs.
+export MEP_PLUGIN_PATH=$PWD/build/plugins/verbs:$PWD/build/plugins/tcp MEP_TCP_IFNAME=lo
+perf_us() { # TRANSPORT ARGS...: the time column of mep-perf's one row
+  local t=$1
+  shift
+  MEP_TRANSPORTS=$t build/tools/perf/mep-perf "$@" -w 5 -i 50 | awk '$1 ~ /^[0-9]+$/ {print $6}'
+}
+echo
+echo "| mep-perf, 2 ranks: op, bytes | verbs (us) | tcp (us) | verbs/tcp |"
+echo "| --- | --- | --- | --- |"
+for c in "pingpong 8" "allreduce 8" "allreduce 1M" "alltoall 1M"; do
+  set -- $c
+  v=(); t=()
+  for ((i = 0; i < repeat; i++)); do
+    v+=("$(perf_us verbs -n 2 -o "$1" -b "$2" -e "$2")")
+    t+=("$(perf_us tcp -n 2 -o "$1" -b "$2" -e "$2")")
+  done
+  V=$(printf '%s\n' "${v[@]}" | median); T=$(printf '%s\n' "${t[@]}" | median)
+  echo "| $1, $2 | $V | $T | $(ratio "$V" "$T") |"
+done
