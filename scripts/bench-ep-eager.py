@@ -9,7 +9,10 @@ measures, on every rank:
   host    wall time per call of the Python call alone, calls back to back
           without waiting for the GPU;
   graph   a CUDA graph of 10 calls in a row, replayed, per call.
-With --profile it also prints cProfile's top entries of 200 eager calls.
+With --profile it also prints cProfile's top entries of 200 eager calls;
+with --parts the host time of a dispatch's pieces on rank 0 (its outputs'
+allocations alone, the C++ call without Python's checks, a bare kernel
+launch from Python for scale).
 
 Ranks run as processes on the GPUs there are (several per GPU when there
 are fewer GPUs: their kernels then share the GPU, so only the host numbers
@@ -17,7 +20,7 @@ mean much; one rank alone sends to itself and measures the host's part
 exactly). Uses a gloo group for the setup, as a user's program would.
 
   scripts/bench-ep-eager.py [--ranks N] [--iters N] [--hidden 7168,4096]
-                            [--profile] [--json FILE]
+                            [--profile] [--parts] [--json FILE]
 """
 import argparse
 import cProfile
@@ -125,10 +128,34 @@ def rank_main(rank, world, store_path, args, out):
             if args.profile and rank == 0 and hidden == int(args.hidden.split(",")[0]):
                 row["profile"] = profile(fn)
             rows.append(row)
+        if args.parts and rank == 0:
+            rows += [dict(rank=rank, hidden=hidden, call=name, host_us=timed_host(fn, args.iters))
+                     for name, fn in dispatch_parts(buf, x, idx, T, E, world).items()]
         torch.cuda.synchronize()
         buf.destroy()
     out.put(rows)
     dist.destroy_process_group()
+
+
+def dispatch_parts(buf, x, idx, T, E, world):
+    """Pieces of an FP8 dispatch's host time (--parts)."""
+    import torch
+    from mep.ep import _c, _ops_lookup
+    local, hidden, dev = E // world, x.shape[1], x.device
+    ops = _ops_lookup()[0]
+
+    def allocs():
+        torch.empty((local, world * T, hidden), dtype=torch.float8_e4m3fn, device=dev)
+        torch.empty((local, hidden // 128, world * T), dtype=torch.float32, device=dev)
+        torch.empty((local, world * T), dtype=torch.int32, device=dev)
+        torch.empty((local, world), dtype=torch.int64, device=dev)
+        torch.empty((local,), dtype=torch.int32, device=dev)
+    parts = {" 5 empty()": allocs,
+             " one launch": lambda: torch.cuda._sleep(1)}
+    if ops is not None:
+        parts[" _ops.dispatch"] = lambda: ops.dispatch(
+            buf._buf.value, x, idx, local, world, T, _c.FP8, None, 0)
+    return parts
 
 
 def main():
@@ -143,6 +170,8 @@ def main():
     ap.add_argument("--iters", type=int, default=300, help="timed calls (default 300)")
     ap.add_argument("--warmup", type=int, default=30, help="warm-up calls (default 30)")
     ap.add_argument("--profile", action="store_true", help="print cProfile's top entries")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time a dispatch's pieces on rank 0")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args()
     import torch
@@ -167,8 +196,11 @@ def main():
     print(f"{'call':14} {'hidden':>6} {'rank':>4} {'eager us':>9} {'host us':>8} "
           f"{'graph us':>9}")
     for r in sorted(rows, key=lambda r: (r["hidden"], r["call"], r["rank"])):
-        print(f"{r['call']:14} {r['hidden']:6d} {r['rank']:4d} {r['eager_us']:9.1f} "
-              f"{r['host_us']:8.1f} {r['graph_us']:9.1f}")
+        if "eager_us" in r:
+            print(f"{r['call']:14} {r['hidden']:6d} {r['rank']:4d} {r['eager_us']:9.1f} "
+                  f"{r['host_us']:8.1f} {r['graph_us']:9.1f}")
+        else:
+            print(f"{r['call']:14} {r['hidden']:6d} {r['rank']:4d} {'':9} {r['host_us']:8.1f}")
     for r in rows:
         if "profile" in r:
             print(f"\n== {r['call']}, hidden {r['hidden']}: cProfile of 200 calls\n"
