@@ -7,7 +7,8 @@
  * indices and weights, the cached mode, FP8 (codes and scales travel as
  * bits), combine (unweighted sum over the ranks, weights summed) bit for
  * bit, and the buffer-too-small error. Usage: test_ep_normal RANKS
- * SCENARIO, SCENARIO one of basic, small, fault. */
+ * SCENARIO, SCENARIO one of basic, small, fault (a rank exits), stall (a
+ * rank stays silent past the deadline). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,14 +381,19 @@ static int small(mep_comm_t *comm) {
 /* The last rank exits after one full round; the others' next round
  * completes within the timeout with it cleared, and the one after does
  * not wait for it. */
-static int fault(mep_comm_t *comm) {
+static int fault(mep_comm_t *comm, int stall) {
   int R = mep_comm_size(comm), me = mep_comm_rank(comm), victim = R - 1;
   mep_ep_normal_t *b = make(comm, mep_ep_normal_size_hint(R, 40, 512, 3));
   ncase_t c = {7, 512, 2, 3, 0, 1};
   run_case(comm, b, &c, 3, -1);
   /* every rank's sends of the first round have landed */
   CHECK_OK(mep_barrier(comm, NULL));
-  if (me == victim) _exit(0); /* gone, with no goodbye */
+  if (me == victim && !stall) _exit(0); /* gone, with no goodbye */
+  if (me == victim) { /* alive but silent past the others' deadline */
+    sleep(3 + 3);
+    mep_ep_normal_destroy(b);
+    return 0;
+  }
   int32_t *act = mep_ep_normal_active_ranks(b);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -413,7 +419,8 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   (void)arg;
   if (!strcmp(scenario, "basic")) return basic(comm);
   if (!strcmp(scenario, "small")) return small(comm);
-  if (!strcmp(scenario, "fault")) return fault(comm);
+  if (!strcmp(scenario, "fault")) return fault(comm, 0);
+  if (!strcmp(scenario, "stall")) return fault(comm, 1);
   fprintf(stderr, "unknown scenario %s\n", scenario);
   return 2;
 }
@@ -426,8 +433,8 @@ int main(int argc, char **argv) {
   int n = atoi(argv[1]);
   scenario = argv[2];
   /* the fault scenario's deadline; a hang elsewhere fails early too */
-  setenv("MEP_CORE_TIMEOUT_MS", strcmp(scenario, "fault") ? "10000" : "3000",
-         0);
+  int ft = !strcmp(scenario, "fault") || !strcmp(scenario, "stall");
+  setenv("MEP_CORE_TIMEOUT_MS", ft ? "3000" : "10000", 0);
   mep_launch_opts_t o = {.size = n, .timeout_ms = 150000, .name = "epn"};
   int failed = mep_launch(&o, body, NULL);
   if (failed) fprintf(stderr, "%s: %d ranks failed\n", scenario, failed);

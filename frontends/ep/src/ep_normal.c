@@ -330,11 +330,18 @@ static int wait_word(mep_ep_normal_t *b, int32_t *active, uint64_t off,
                      uint64_t seq, uint64_t deadline, int s, uint32_t *n,
                      const char *fn, const char *what) {
   uint64_t seen = 0;
-  int rc = mep_wait(b->region, off, seq << 32, mep__ep_left_ms(deadline),
-                    &seen);
-  if (rc == MEP_ERR_TIMEOUT) {
-    active[s] = 0;
-    return 0;
+  const volatile int32_t *live = mep_comm_active_array(b->comm);
+  int rc;
+  /* in slices, so that a peer the core has dropped (its transport saw it
+   * die) costs no more than a slice */
+  for (;;) {
+    int left = mep__ep_left_ms(deadline);
+    rc = mep_wait(b->region, off, seq << 32, left < 20 ? left : 20, &seen);
+    if (rc != MEP_ERR_TIMEOUT) break;
+    if (left <= 20 || (live && !live[s])) {
+      active[s] = 0;
+      return 0;
+    }
   }
   if (rc) return mep_set_error(rc, 1, "%s: waiting for rank %d's %s", fn, s,
                                what);
@@ -781,7 +788,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
                    "sizeof(mep_ep_normal_combine_args_t) (%zu)", fn,
                    a->struct_size, sizeof(mep_ep_normal_combine_args_t));
   int R = b->size, me = b->rank, N = a->num_tokens, M = a->num_recv_tokens;
-  int K = a->topk_weights ? a->num_topk : 0, H = a->hidden;
+  int K = a->num_topk, H = a->hidden;
   if (N < 0 || M < 0)
     return INVALID("%s: num_tokens %d or num_recv_tokens %d is negative", fn,
                    N, M);
@@ -793,6 +800,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
                    MEP_EP_NORMAL_MAX_TOPK);
   NEED(a->rank_prefix_matrix, "rank_prefix_matrix");
   if (M > 0) NEED(a->x, "x");
+  if (M > 0 && K > 0) NEED(a->topk_weights, "topk_weights (num_topk > 0)");
   if (N > 0) {
     NEED(a->is_token_in_rank, "is_token_in_rank");
     NEED(a->combined_x, "combined_x");

@@ -359,8 +359,9 @@ MEP_API int mep_ep_normal_dispatch(mep_ep_normal_t *buf,
  * this rank's num_tokens tokens, combined_x[t] = bias_0[t] + bias_1[t] +
  * the sum of the rows of t that the ranks r with is_token_in_rank[t][r]
  * sent back, in float, rounded to bf16 once (DeepEP: no weights applied).
- * With topk_weights [num_recv_tokens, num_topk], combined_topk_weights
- * [num_tokens, num_topk] gets their sum over the same ranks. bias_0,
+ * With num_topk > 0, topk_weights [num_recv_tokens, num_topk] travel too
+ * and combined_topk_weights [num_tokens, num_topk] gets their sum over
+ * the same ranks; every rank passes the same num_topk. bias_0,
  * bias_1: [num_tokens, hidden] bf16 or NULL. rank_prefix_matrix and
  * is_token_in_rank: the dispatch's. Inactive ranks' rows are left out. */
 typedef struct mep_ep_normal_combine_args {
