@@ -351,6 +351,7 @@ static int small(mep_comm_t *comm) {
                              2, NULL, 0, &nrecv, pe, rpm, NULL};
   CHECK_RC(mep_ep_notify_dispatch(b, &na), MEP_ERR_INVALID);
   CHECK_MSG("num_bytes must be at least");
+  if (mep_comm_rank(comm) == 0) printf("the error: %s\n", mep_last_error());
   /* the error names a size that works */
   const char *m = strstr(mep_last_error(), "at least ");
   size_t need = (size_t)strtoull(m + 9, NULL, 10);

@@ -1,5 +1,7 @@
-"""mep.ep: low-latency expert-parallel dispatch and combine, a drop-in for
-DeepEP's ``deep_ep.Buffer`` in its low-latency use.
+"""mep.ep: expert-parallel dispatch and combine, a drop-in for DeepEP's
+``deep_ep.Buffer``: its low-latency mode (CPU and CUDA tensors) and its
+normal (high-throughput) mode (get_dispatch_layout, dispatch, combine; CPU
+tensors so far, docs/ep.md "The normal mode").
 
     from mep.ep import Buffer
     buf = Buffer(group, 0, Buffer.get_low_latency_rdma_size_hint(T, H, R, E),
@@ -216,17 +218,19 @@ def _store_addresses(group, rank, size):
 
 
 class Buffer:
-    """The communication buffer of one group for low-latency dispatch and
-    combine. Collective: every rank of `group` creates it, in the same
-    order as its other Buffers.
+    """The communication buffer of one group for dispatch and combine, in
+    DeepEP's low-latency mode and its normal mode. Collective: every rank of
+    `group` creates it, in the same order as its other Buffers.
 
     DeepEP's arguments are accepted, positionally in DeepEP's order, so
-    existing code runs unchanged: num_nvl_bytes, low_latency_mode,
-    num_qps_per_rank, allow_nvlink_for_low_latency_mode, allow_mnnvl,
-    use_fabric, enable_shrink (mep always masks ranks that fail: see the
-    mask methods), comm and any other keyword (**ignored_deepep_kwargs) mean
-    nothing here (mep sizes its memory itself and picks a transport per
-    peer). num_rdma_bytes, when positive, must be
+    existing code runs unchanged: low_latency_mode, num_qps_per_rank,
+    allow_nvlink_for_low_latency_mode, allow_mnnvl, use_fabric,
+    enable_shrink (mep always masks ranks that fail: see the mask methods),
+    comm and any other keyword (**ignored_deepep_kwargs) mean nothing here
+    (mep sizes its low-latency memory itself and picks a transport per
+    peer). num_nvl_bytes is the normal mode's memory per rank (made at the
+    first normal dispatch; a call that needs more raises ValueError naming
+    the size, see get_normal_buffer_size_hint). num_rdma_bytes, when positive, must be
     at least get_low_latency_rdma_size_hint(...) of the calls (ValueError,
     as DeepEP's assertion). explicitly_destroy=True: the memory is released
     by destroy() only (DeepEP's rule); else also when the Buffer is
