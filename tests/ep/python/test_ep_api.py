@@ -3,6 +3,7 @@ size hint, the num_rdma_bytes check, the properties, and clear errors
 (TypeError/ValueError before anything is sent, RuntimeError with mep's
 message from the C library, NotImplementedError for use_logfmt)."""
 import ctypes
+import os
 
 import pytest
 import torch
@@ -157,6 +158,20 @@ def surface(ctx):
     buf.destroy()
     raises(RuntimeError, "destroyed", d, x, idx, T + 1, E)
     return "ok"
+
+
+def test_call_path():
+    """Where the c10d backend was built against this torch (the build tree
+    these tests run in), the calls go through mep.ep._ops unless
+    MEP_EP_OPS=0 asks for ctypes: a fast path that fails to load must not
+    turn into a slow one silently."""
+    import mep
+    import mep.ep
+    if os.environ.get("MEP_EP_OPS") == "0":
+        assert mep.ep.ops_problem() == "MEP_EP_OPS=0"
+    else:
+        assert mep.backend_problem() is None
+        assert mep.ep.ops_problem() is None
 
 
 def test_surface():

@@ -29,6 +29,12 @@ toward MASTER_ADDR (torchrun sets it), else at rank 0's host name.
 c10d backend but loads no extension, so mep.ep imports wherever the c10d
 extension is missing or was built against another torch; libmep and
 libmep-ep are loaded with ctypes at the first use of a Buffer (_c.py).
+
+The calls themselves go through mep.ep._ops, a C++ extension built with
+the c10d backend's torch (outputs from torch's allocator, libmep-ep called
+directly: docs/ep.md, "What an eager call costs"), wherever it was built
+against the running torch; elsewhere, and with MEP_EP_OPS=0, through
+ctypes. ops_problem() says which, and why.
 """
 import ctypes
 import itertools
@@ -40,12 +46,38 @@ import torch.distributed as dist
 
 from . import _c
 
-__all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t"]
+__all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t", "ops_problem"]
 
 # The dtype of topk_idx, as deep_ep.topk_idx_t (DeepEP's default build).
 topk_idx_t = torch.int64
 
 _buffer_ids = itertools.count()
+_ops_state = []  # [module or None, why not], once looked up
+
+
+def _ops_lookup():
+    if not _ops_state:
+        from .. import _ext
+        why = None
+        if os.environ.get("MEP_EP_OPS", "1") == "0":
+            why = "MEP_EP_OPS=0"
+        else:
+            why = _ext.problem()
+        mod = None
+        if why is None:
+            # Built with the c10d extension, against this torch: a failure
+            # to load it is a broken install, not a reason to go slower.
+            import importlib
+            mod = importlib.import_module("mep.ep._ops")
+        _ops_state[:] = [mod, why]
+    return _ops_state
+
+
+def ops_problem():
+    """None when dispatch and combine go through the C++ extension
+    mep.ep._ops; else why they go through ctypes (a sentence)."""
+    mod, why = _ops_lookup()
+    return None if mod is not None else why
 # How long a rank waits for rank 0's store server to accept it.
 _STORE_CONNECT_MS = 60000
 
@@ -875,6 +907,46 @@ class Buffer:
         act_ptr, act = self._active_arg(active_ranks, device)
         call_timeout = self._call_timeout(timeout_us)
         self._ensure(tokens, hidden, experts, device)
+        flags = ((_c.FP8 if use_fp8 else 0) | (_c.ROUND_SCALE if round_scale else 0)
+                 | (_c.UE8M0 if use_ue8m0 else 0))
+        what = f"low_latency_dispatch of {n} tokens (rank {self.rank} of {size})"
+        buf = self._live()
+        ops = _ops_lookup()[0]
+        if ops is not None:
+            rc, recv_x, scales, src_info, layout_range, count = ops.dispatch(
+                buf.value, x, topk_idx, local, size, tokens,
+                flags | (_c.SEND if return_recv_hook else 0), act, call_timeout)
+            _c.check(rc, what)
+
+            def phase():
+                return ops.dispatch_phase(buf.value, x, topk_idx, recv_x, scales, src_info,
+                                          layout_range, count, flags | _c.RECV, act,
+                                          call_timeout)
+        else:
+            recv_x, scales, src_info, layout_range, count, phase = self._dispatch_ctypes(
+                buf, x, topk_idx, local, tokens, hidden, flags, return_recv_hook, act_ptr,
+                call_timeout, device, what)
+        stats = cumulative_local_expert_recv_stats
+
+        keep = (x, topk_idx, act, recv_x, scales, src_info, layout_range, count)
+        hook = None
+        if return_recv_hook:
+            hook = self._recv_hook(phase, what, keep,
+                                   lambda: stats.add_(count) if stats is not None else None)
+        elif stats is not None:
+            stats.add_(count)
+        handle = (src_info, layout_range, tokens, hidden, experts)
+        out_x = (recv_x, scales.transpose(1, 2)) if use_fp8 else recv_x
+        event = self._event(async_finish, device, keep)
+        return out_x, count, handle, event, hook
+
+    def _dispatch_ctypes(self, buf, x, topk_idx, local, tokens, hidden, flags, two_phase,
+                         act_ptr, call_timeout, device, what):
+        """The first (or only) phase of a dispatch through ctypes: its
+        outputs and the receive phase's call."""
+        n, k = topk_idx.shape
+        size = self.group_size
+        use_fp8, use_ue8m0 = bool(flags & _c.FP8), bool(flags & _c.UE8M0)
         slots = size * tokens
         if use_fp8:
             recv_x = torch.empty((local, slots, hidden), dtype=torch.float8_e4m3fn,
@@ -891,34 +963,27 @@ class Buffer:
         src_info = torch.empty((local, slots), dtype=torch.int32, device=device)
         layout_range = torch.empty((local, size), dtype=torch.int64, device=device)
         count = torch.empty((local,), dtype=torch.int32, device=device)
-        flags = ((_c.FP8 if use_fp8 else 0) | (_c.ROUND_SCALE if round_scale else 0)
-                 | (_c.UE8M0 if use_ue8m0 else 0))
         args = _c.DispatchArgs(
             struct_size=ctypes.sizeof(_c.DispatchArgs), x=x.data_ptr(),
             topk_idx=topk_idx.data_ptr(), num_tokens=n, num_topk=k,
-            flags=flags | (_c.SEND if return_recv_hook else 0),
+            flags=flags | (_c.SEND if two_phase else 0),
             active_ranks=act_ptr, timeout_us=call_timeout,
             recv_x=recv_x.data_ptr(), recv_scales=scales.data_ptr() if use_fp8 else None,
             recv_src_info=src_info.data_ptr(), recv_layout_range=layout_range.data_ptr(),
             recv_count=count.data_ptr(), stream=self._stream(device))
-        what = f"low_latency_dispatch of {n} tokens (rank {self.rank} of {size})"
-        buf = self._live()
         _c.check(self._lib.ep_dispatch(buf, ctypes.byref(args)), what)
-        stats = cumulative_local_expert_recv_stats
+        phase = self._ctypes_phase(self._lib.ep_dispatch, args, flags, device)
+        return recv_x, scales, src_info, layout_range, count, phase
 
-        keep = (x, topk_idx, act, recv_x, scales, src_info, layout_range, count)
-        hook = None
-        if return_recv_hook:
-            hook = self._recv_hook(self._lib.ep_dispatch, args, flags, device, what, keep,
-                                   lambda: stats.add_(count) if stats is not None else None)
-        elif stats is not None:
-            stats.add_(count)
-        handle = (src_info, layout_range, tokens, hidden, experts)
-        out_x = (recv_x, scales.transpose(1, 2)) if use_fp8 else recv_x
-        event = self._event(async_finish, device, keep)
-        return out_x, count, handle, event, hook
+    def _ctypes_phase(self, fn, args, flags, device):
+        """The receive phase of a two-phase call made through ctypes."""
+        def phase():
+            args.flags = flags | _c.RECV
+            args.stream = self._stream(device)
+            return fn(self._live(), ctypes.byref(args))
+        return phase
 
-    def _recv_hook(self, fn, args, flags, device, what, keep, after):
+    def _recv_hook(self, phase, what, keep, after):
         """The receive phase of a two-phase call, to be called once."""
         done = []
 
@@ -926,9 +991,8 @@ class Buffer:
             if done:
                 raise RuntimeError(f"mep.ep: the receive hook of {what} was already called")
             done.append(keep)
-            args.flags = flags | _c.RECV
-            args.stream = self._stream(device)
-            _c.check(fn(self._live(), ctypes.byref(args)), what + ", receive hook")
+            self._live()
+            _c.check(phase(), what + ", receive hook")
             after()
         return hook
 
@@ -984,20 +1048,30 @@ class Buffer:
         buf = self._live()
         xptr = self._lib.ep_combine_buffer(buf) if zero_copy else x.data_ptr()
         flags = _c.ZERO_COPY if zero_copy else 0
-        args = _c.CombineArgs(
-            struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr, topk_idx=topk_idx.data_ptr(),
-            topk_weights=topk_weights.data_ptr(), src_info=src_info.data_ptr(),
-            layout_range=layout_range.data_ptr(), num_tokens=n, num_topk=k,
-            flags=flags | (_c.SEND if return_recv_hook else 0), active_ranks=act_ptr,
-            timeout_us=call_timeout, out=out.data_ptr(),
-            stream=self._stream(device))
+        first = flags | (_c.SEND if return_recv_hook else 0)
         what = f"low_latency_combine of {n} tokens (rank {self.rank} of {size})"
-        _c.check(self._lib.ep_combine(buf, ctypes.byref(args)), what)
+        ops = _ops_lookup()[0]
+        if ops is not None:
+            def call(f):
+                return ops.combine(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                   layout_range, out, f, act, call_timeout)
+            _c.check(call(first), what)
+
+            def phase():
+                return call(flags | _c.RECV)
+        else:
+            args = _c.CombineArgs(
+                struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr,
+                topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
+                src_info=src_info.data_ptr(), layout_range=layout_range.data_ptr(),
+                num_tokens=n, num_topk=k, flags=first, active_ranks=act_ptr,
+                timeout_us=call_timeout, out=out.data_ptr(), stream=self._stream(device))
+            _c.check(self._lib.ep_combine(buf, ctypes.byref(args)), what)
+            phase = self._ctypes_phase(self._lib.ep_combine, args, flags, device)
         keep = (x, topk_idx, topk_weights, src_info, layout_range, act, out)
         hook = None
         if return_recv_hook:
-            hook = self._recv_hook(self._lib.ep_combine, args, flags, device, what, keep,
-                                   lambda: None)
+            hook = self._recv_hook(phase, what, keep, lambda: None)
         return out, self._event(async_finish, device, keep), hook
 
     # DeepEP's mask buffer: a masked rank is one mep has made inactive
