@@ -430,6 +430,7 @@ int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
                                 "channel_prefix_matrix");
   int32_t *act = call_active(b, a->active_ranks);
   int64_t tmo = call_timeout(b, a->timeout_us);
+  b->notified = 0; /* a failed notify leaves no counts behind */
   int rc = flush_stage(b, tmo, fn);
   if (rc) return rc;
 
@@ -691,13 +692,13 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
   char *mem = b->mem;
   uint64_t P = b->lay.pair;
 
-  /* send: each token once to every rank that takes it, at its next slot */
+  /* send: each token's message is built once and copied into the stage
+   * of every rank that takes it, at that rank's next slot (the stage holds
+   * R pair areas, as the receive area does), then one put per rank */
   memset(cnt, 0, sizeof(int32_t) * (size_t)R);
-  uint64_t staged = 0;
   for (int t = 0; t < N; t++) {
     const uint8_t *in = a->is_token_in_rank + (size_t)t * R;
-    uint64_t stage = 0;
-    int built = 0;
+    const char *first = NULL;
     for (int r = 0; r < R; r++) {
       int32_t *head = a->send_head ? a->send_head + (size_t)t * R + r : NULL;
       if (!in[r]) {
@@ -705,24 +706,30 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
         continue;
       }
       int32_t pos = cnt[r]++;
-      int32_t base = 0;
-      for (int s = 0; s < me; s++) base += counts[s * R + r];
-      if (head) *head = act[r] ? base + pos : -1;
-      if (!act[r]) continue;
-      if (!built) {
-        stage = b->lay.dstage + staged * dmsg;
-        build_dmsg(a, t, mem + stage);
-        staged++;
-        built = 1;
+      if (head) {
+        int32_t before = 0;
+        for (int s = 0; s < me; s++) before += counts[s * R + r];
+        *head = act[r] ? before + pos : -1;
       }
-      rc = mep_put(b->comm, r, b->region, stage, b->region,
-                   b->lay.drecv + ((uint64_t)half * R + me) * P +
-                       (uint64_t)pos * dmsg,
-                   dmsg);
-      if (rc && (rc = peer_error(act, r, rc)))
-        return mep_set_error(rc, 1, "%s: sending token %d to rank %d", fn, t,
-                             r);
+      if (!act[r]) continue;
+      char *m = mem + b->lay.dstage + (uint64_t)r * P + (uint64_t)pos * dmsg;
+      if (first) {
+        memcpy(m, first, dmsg);
+      } else {
+        build_dmsg(a, t, m);
+        first = m;
+      }
     }
+  }
+  for (int r = 0; r < R; r++) {
+    uint64_t n = (uint64_t)(uint32_t)counts[me * R + r];
+    if (!act[r] || !n) continue;
+    rc = mep_put(b->comm, r, b->region, b->lay.dstage + (uint64_t)r * P,
+                 b->region, b->lay.drecv + ((uint64_t)half * R + me) * P,
+                 (size_t)(n * dmsg));
+    if (rc && (rc = peer_error(act, r, rc)))
+      return mep_set_error(rc, 1, "%s: sending %llu tokens to rank %d", fn,
+                           (unsigned long long)n, r);
   }
   for (int r = 0; r < R; r++) {
     if (!act[r]) continue;
