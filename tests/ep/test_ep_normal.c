@@ -392,6 +392,18 @@ static int fault(mep_comm_t *comm, int stall) {
   if (me == victim && !stall) _exit(0); /* gone, with no goodbye */
   if (me == victim) { /* alive but silent past the others' deadline */
     sleep(3 + 3);
+    /* the others dropped it: its next call fails, it does not hang */
+    int32_t ntr[8] = {0}, nte[64] = {0}, rpm[64], pe[8];
+    int nrecv;
+    mep_ep_notify_args_t na = {sizeof na, 0, 2 * R, 1, 0, ntr, nte, NULL,
+                               512, 2, 0, 3, NULL, 0, &nrecv, pe, rpm, NULL};
+    int32_t *act = mep_ep_normal_active_ranks(b);
+    int rc = mep_ep_notify_dispatch(b, &na), others = 0;
+    for (int r = 0; r < R; r++) others += r != me && act[r];
+    /* an error (the others dropped it), or alone with every other cleared */
+    CHECK(rc < 0 || others == 0, "a dropped rank's call returned %d with %d "
+          "others active", rc, others);
+    printf("rank %d (dropped): rc %d, %s\n", me, rc, rc ? mep_last_error() : "");
     mep_ep_normal_destroy(b);
     return 0;
   }

@@ -58,6 +58,7 @@ struct mep_ep_normal {
   int32_t *src_tokens; /* [R]: num_tokens of each source */
   int32_t *work;       /* [R][R]: a cached dispatch's or a combine's */
   int32_t *itr_count;  /* [R] scratch */
+  int32_t *agreed;     /* [R] scratch of agree() */
 };
 
 static uint64_t al(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -175,9 +176,10 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
   b->src_tokens = malloc(rr * sizeof(int32_t));
   b->itr_count = malloc(rr * sizeof(int32_t));
   b->work = malloc(rr * rr * sizeof(int32_t));
+  b->agreed = malloc(rr * sizeof(int32_t));
   int rc = 0;
   if (!b->mem || !b->active || !b->counts || !b->src_tokens ||
-      !b->itr_count || !b->work)
+      !b->itr_count || !b->work || !b->agreed)
     rc = mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for the %llu bytes "
                        "of the buffer", fn, (unsigned long long)b->lay.total);
   if (!rc) {
@@ -205,6 +207,7 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
     free(b->src_tokens);
     free(b->itr_count);
     free(b->work);
+    free(b->agreed);
     free(b);
     return rc;
   }
@@ -222,6 +225,7 @@ int mep_ep_normal_destroy(mep_ep_normal_t *b) {
   free(b->src_tokens);
   free(b->itr_count);
   free(b->work);
+  free(b->agreed);
   free(b);
   return 0;
 }
@@ -353,6 +357,43 @@ static int wait_word(mep_ep_normal_t *b, int32_t *active, uint64_t off,
                          (unsigned long long)seq);
   *n = (uint32_t)seen;
   return 1;
+}
+
+/* The survivors agree on whom they heard from: an all-reduce (min) of the
+ * active flags over the communicator, whose collectives complete over the
+ * survivors with the same result on each (a dead rank is dropped by the
+ * core; a stalled one after the communicator's timeout). A rank cleared
+ * by any survivor is cleared by all; one the core dropped too. A rank the
+ * others cleared gets MEP_ERR_EXCLUDED. A rank that has no other active
+ * rank left in its own view has nobody to agree with: when the all-reduce
+ * fails for it (the core cannot arbitrate a group of one, e.g. the store
+ * died with rank 0), it goes on alone. */
+static int agree(mep_ep_normal_t *b, int32_t *active, const char *fn,
+                 const char *what) {
+  int R = b->size, me = b->rank;
+  const volatile int32_t *live = mep_comm_active_array(b->comm);
+  for (int r = 0; r < R; r++) {
+    if (r != me && live && !live[r]) active[r] = 0;
+    b->agreed[r] = !!active[r];
+  }
+  int rc = mep_allreduce(b->comm, b->agreed, b->agreed, (size_t)R, MEP_INT32,
+                         MEP_MIN, NULL);
+  if (rc < 0) {
+    int others = 0;
+    for (int r = 0; r < R; r++) others += r != me && active[r];
+    if (!others && (rc == MEP_ERR_EXCLUDED || rc == MEP_ERR_PEER_FAILED ||
+                    rc == MEP_ERR_TIMEOUT || rc == MEP_ERR_CLOSED))
+      return 0;
+    return mep_set_error(rc, 1, "%s: agreeing with the other ranks on the "
+                         "ranks lost in the %s", fn, what);
+  }
+  for (int r = 0; r < R; r++)
+    if (!b->agreed[r]) active[r] = 0;
+  if (!active[me])
+    return mep_set_error(MEP_ERR_EXCLUDED, 0, "%s: the other ranks dropped "
+                         "this rank in the %s (it missed their deadline)",
+                         fn, what);
+  return 0;
 }
 
 /* The largest pair of counts[s][r] * msg over every pair, against P:
@@ -489,7 +530,11 @@ int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
     rc = wait_word(b, act, b->lay.nsig + ((uint64_t)half * R + s) * 8, seq,
                    deadline, s, &one, fn, "counts");
     if (rc < 0) return rc;
-    if (rc == 0) continue;
+  }
+  if ((rc = agree(b, act, fn, "count exchange"))) return rc;
+  /* the counts of the sources every survivor heard from */
+  for (int s = 0; s < R; s++) {
+    if (!act[s]) continue;
     const int32_t *slot =
         (const int32_t *)(mem + b->lay.cnt + ((uint64_t)half * R + s) * b->lay.cw);
     if (slot[2] != E || slot[3] != dmsg || slot[4] != cmsg)
@@ -745,20 +790,22 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
   uint64_t deadline = mep__ep_now_us() + (uint64_t)tmo;
   int L = K > 0 ? E / R : 1;
   int C = rpm ? 0 : a->num_channels;
-  size_t j = 0;
   for (int s = 0; s < R; s++) {
     uint32_t n = (uint32_t)counts[s * R + me], got = 0;
-    int ok = 0;
-    if (act[s]) {
-      rc = wait_word(b, act, b->lay.dsig + ((uint64_t)half * R + s) * 8, seq,
-                     deadline, s, &got, fn, "tokens");
-      if (rc < 0) return rc;
-      ok = rc;
-      if (ok && got != n)
-        return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d sent %u "
-                             "tokens, the counts say %u (a cached matrix "
-                             "of another dispatch?)", fn, s, got, n);
-    }
+    if (!act[s]) continue;
+    rc = wait_word(b, act, b->lay.dsig + ((uint64_t)half * R + s) * 8, seq,
+                   deadline, s, &got, fn, "tokens");
+    if (rc < 0) return rc;
+    if (rc && got != n)
+      return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d sent %u "
+                           "tokens, the counts say %u (a cached matrix "
+                           "of another dispatch?)", fn, s, got, n);
+  }
+  if ((rc = agree(b, act, fn, "dispatch"))) return rc;
+  size_t j = 0;
+  for (int s = 0; s < R; s++) {
+    uint32_t n = (uint32_t)counts[s * R + me];
+    int ok = act[s];
     size_t first = j;
     const char *area = mem + b->lay.drecv + ((uint64_t)half * R + s) * P;
     for (uint32_t i = 0; i < n; i++, j++)
@@ -887,6 +934,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
                            "rows; this rank sent it %u tokens", fn, r, got,
                            n);
   }
+  if ((rc = agree(b, act, fn, "combine"))) return rc;
   float *acc = malloc(sizeof(float) * ((size_t)H + (size_t)K));
   if (!acc) return mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory", fn);
   memset(cnt, 0, sizeof(int32_t) * (size_t)R);

@@ -376,7 +376,7 @@ def killed_member(ctx, victim):
     return took
 
 
-@pytest.mark.parametrize("world,victim", [(3, 1), (4, 3), (2, 0)])
+@pytest.mark.parametrize("world,victim", [(3, 1), (4, 3), (2, 0), (3, 0)])
 def test_killed_mid_dispatch(world, victim):
     ranks = Ranks(killed_member, world, (victim,), timeout_s=120)
     got = ranks.wait(expect_dead=(victim,))

@@ -209,8 +209,12 @@ MEP_API int mep_ep_combine(mep_ep_buffer_t *buf,
  * timeout_us; a source or destination that misses the deadline is
  * cleared in active_ranks and skipped in this and later calls (its tokens
  * are not received: zero rows, src_idx -1; its rows do not enter a
- * combine); the call still returns 0. A caller compares active_ranks
- * before and after a call to see which ranks it lost.
+ * combine); the call still returns 0. The survivors agree on the ranks
+ * lost (an all-reduce of the active flags over comm after each step), so
+ * every survivor leaves out the same ones; a rank the others dropped gets
+ * MEP_ERR_EXCLUDED. A caller compares active_ranks before and after a
+ * call to see which ranks it lost. The calls use comm's collectives, so
+ * they take their place in its order of collectives.
  *
  * Thread safety: calls on one buffer are serialised by the caller; every
  * rank makes the same sequence of notify / dispatch / combine calls.
