@@ -13,10 +13,15 @@
  *   dispatch recv [2][R][P]: source s's messages, in its token order
  *   combine recv  [2][R][P]: the rows rank r sends back, in the order this
  *                 rank sent r its tokens
- *   dispatch stage [R * P], combine stage [R * P]: what the puts read.
+ *   dispatch stage [R][P]: the messages for each rank, in slot order, so
+ *                 that one put per rank sends them; combine stage [R * P]:
+ *                 the rows going back, in received order (one put per
+ *                 source). Stages are rewritten only after mep_flush.
  * [2]: calls alternate between halves by their sequence number (counted
  * per kind from 1), so back-to-back calls need no cleaning; a peer can be
  * at most one call ahead, since each call needs every peer's part.
+ * After its waits, each step agrees with the other survivors on the ranks
+ * it lost (agree(): an all-reduce of the active flags).
  * A dispatch message: [int32 source token | 12 pad | x (hidden * elem
  * bytes, a multiple of 16) | scales (4 bytes each) | pad to 8 | topk_idx
  * int64 [K] | topk_weights float [K]], padded to 16 bytes. A combine
