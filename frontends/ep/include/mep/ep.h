@@ -180,6 +180,213 @@ typedef struct mep_ep_combine_args {
 MEP_API int mep_ep_combine(mep_ep_buffer_t *buf,
                            const mep_ep_combine_args_t *args);
 
+/* ===================================================================
+ * The high-throughput ("normal") mode, for prefill and training: DeepEP's
+ * get_dispatch_layout / dispatch / combine. Tokens go to ranks, not to
+ * expert slots: a rank receives each token once, however many of its
+ * experts the token names, in a packed [num_recv_tokens, hidden] tensor
+ * ordered by source rank (rank 0's tokens first), each source's tokens in
+ * their original order (DeepEP's order: rank_prefix_matrix[s][r] is the
+ * end of source s's rows on rank r).
+ *
+ * A dispatch is two calls: mep_ep_notify_dispatch exchanges the counts
+ * (every rank sends its num_tokens_per_rank row and the expert counts to
+ * every rank) and says how many tokens this rank will receive, so the
+ * caller can size the outputs; mep_ep_normal_dispatch then moves the
+ * tokens. A cached dispatch (the rank_prefix_matrix of an earlier one)
+ * skips the notify. mep_ep_normal_combine sends rows back and sums them
+ * per token, unweighted (weights travel and are summed alongside).
+ *
+ * Memory: a normal buffer holds num_bytes of host memory per rank
+ * (DeepEP's num_nvl_bytes), cut into fixed areas (docs/ep.md, "Normal
+ * mode"): per call, source s may send rank r at most pair_bytes of
+ * messages, pair_bytes = mep_ep_normal_pair_bytes(buf). A call that needs
+ * more fails on every rank alike with MEP_ERR_INVALID naming the num_bytes
+ * it needs (mep_ep_normal_size_hint). Only MEP_EP_HOST exists so far (the
+ * CPU path); MEP_EP_CUDA is MEP_ERR_UNSUPPORTED.
+ *
+ * Faults: as for the low-latency calls, every call takes active_ranks and
+ * timeout_us; a source or destination that misses the deadline is
+ * cleared in active_ranks and skipped in this and later calls (its tokens
+ * are not received: zero rows, src_idx -1; its rows do not enter a
+ * combine); the call still returns 0. The survivors agree on the ranks
+ * lost (an all-reduce of the active flags over comm after each step), so
+ * every survivor leaves out the same ones; a rank the others dropped gets
+ * MEP_ERR_EXCLUDED. A caller compares active_ranks before and after a
+ * call to see which ranks it lost. The calls use comm's collectives, so
+ * they take their place in its order of collectives.
+ *
+ * Thread safety: calls on one buffer are serialised by the caller; every
+ * rank makes the same sequence of notify / dispatch / combine calls.
+ * =================================================================== */
+
+/* Top-k columns a normal-mode call carries at most (DeepEP: 32). */
+#define MEP_EP_NORMAL_MAX_TOPK 32
+
+typedef struct mep_ep_normal mep_ep_normal_t;
+
+typedef struct mep_ep_normal_config {
+  size_t struct_size; /* sizeof(mep_ep_normal_config_t) */
+  size_t num_bytes;   /* host memory per rank (DeepEP's num_nvl_bytes) */
+  unsigned flags;     /* MEP_EP_HOST */
+  int64_t timeout_us; /* default per-call timeout; <= 0: the
+                       * communicator's [core] timeout_ms */
+} mep_ep_normal_config_t;
+
+/* num_bytes a normal buffer needs so that one source may send one rank
+ * tokens_per_pair tokens of `hidden` bf16 values (or smaller: FP8 with
+ * hidden / 128 scales) with num_topk (0..MEP_EP_NORMAL_MAX_TOPK) indices
+ * and weights, and combine them back; 0 for invalid parameters.
+ * Pure function, thread-safe. */
+MEP_API size_t mep_ep_normal_size_hint(int num_ranks, int tokens_per_pair,
+                                       int hidden, int num_topk);
+
+/* Creates a normal buffer. Collective over comm (every rank, the same
+ * config), which must outlive it. Errors: MEP_ERR_INVALID (num_bytes too
+ * small for the bookkeeping of this many ranks: the message names the
+ * least), MEP_ERR_UNSUPPORTED (MEP_EP_CUDA), MEP_ERR_NOMEM, errors of the
+ * core. */
+MEP_API int mep_ep_normal_create(mep_comm_t *comm,
+                                 const mep_ep_normal_config_t *cfg,
+                                 mep_ep_normal_t **out);
+/* Frees it (lets this rank's puts finish first). Not collective. NULL:
+ * no-op. */
+MEP_API int mep_ep_normal_destroy(mep_ep_normal_t *buf);
+/* The buffer's own active ranks, int32 [size] host memory (1 = active). */
+MEP_API int32_t *mep_ep_normal_active_ranks(mep_ep_normal_t *buf);
+/* Bytes one source may send one rank per call (see above). */
+MEP_API size_t mep_ep_normal_pair_bytes(const mep_ep_normal_t *buf);
+
+/* DeepEP's get_dispatch_layout, computed locally (no communication, no
+ * buffer needed). topk_idx [num_tokens, num_topk] int64 (-1: none; a
+ * token naming two experts of one rank counts once for that rank).
+ * Outputs: num_tokens_per_rank int32 [num_ranks]; num_tokens_per_rdma_rank
+ * int32 [num_ranks / ranks_per_host] (tokens for each host; NULL: not
+ * wanted); num_tokens_per_expert int32 [num_experts]; is_token_in_rank
+ * bool (uint8 0/1) [num_tokens, num_ranks]. MEP_ERR_INVALID for an index
+ * outside -1..num_experts-1, num_experts not a multiple of num_ranks,
+ * ranks_per_host not dividing num_ranks, NULL pointers. Thread-safe. */
+typedef struct mep_ep_layout_args {
+  size_t struct_size; /* sizeof(mep_ep_layout_args_t) */
+  const int64_t *topk_idx;
+  int num_tokens, num_topk, num_experts, num_ranks;
+  int ranks_per_host;               /* for num_tokens_per_rdma_rank */
+  int32_t *num_tokens_per_rank;
+  int32_t *num_tokens_per_rdma_rank; /* may be NULL */
+  int32_t *num_tokens_per_expert;
+  uint8_t *is_token_in_rank;
+} mep_ep_layout_args_t;
+MEP_API int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *args);
+
+/* The count exchange of a (non-cached) dispatch. Inputs: this rank's
+ * num_tokens and its layout (num_tokens_per_rank [R], num_tokens_per_expert
+ * [num_experts], is_token_in_rank [num_tokens, R], e.g. from
+ * mep_ep_get_dispatch_layout); expert_alignment >= 1; num_channels >= 0
+ * (DeepEP's config.num_sms / 2; only for channel_prefix_matrix).
+ * Outputs: *num_recv_tokens; num_recv_tokens_per_expert int32 [L] (each
+ * rounded up to expert_alignment); rank_prefix_matrix int32 [R, R]
+ * (entry [s][r]: tokens sources 0..s send rank r, inclusive; every rank
+ * gets the whole matrix); channel_prefix_matrix int32 [R, num_channels]
+ * (may be NULL: entry [r][c], tokens of channels 0..c this rank sends to
+ * r, a channel being DeepEP's contiguous range of ceil(num_tokens /
+ * num_channels) tokens). The counts are kept in the buffer for the next
+ * mep_ep_normal_dispatch, which must follow before the next notify.
+ * Fails alike on every rank (MEP_ERR_INVALID, naming the num_bytes
+ * needed) when some pair would exceed the buffer. */
+typedef struct mep_ep_notify_args {
+  size_t struct_size; /* sizeof(mep_ep_notify_args_t) */
+  int num_tokens, num_experts, expert_alignment, num_channels;
+  const int32_t *num_tokens_per_rank;
+  const int32_t *num_tokens_per_expert;
+  const uint8_t *is_token_in_rank;
+  /* message shape, for the buffer check: hidden values of x_elem_size
+   * bytes (2 bf16, 1 fp8), num_scales 4-byte scales, num_topk */
+  int hidden, x_elem_size, num_scales, num_topk;
+  int32_t *active_ranks; /* [R] in/out; NULL: the buffer's own */
+  int64_t timeout_us;    /* <= 0: the buffer's */
+  int *num_recv_tokens;                /* out */
+  int32_t *num_recv_tokens_per_expert; /* out [L] */
+  int32_t *rank_prefix_matrix;         /* out [R, R] */
+  int32_t *channel_prefix_matrix;      /* out [R, num_channels] or NULL */
+} mep_ep_notify_args_t;
+MEP_API int mep_ep_notify_dispatch(mep_ep_normal_t *buf,
+                                   const mep_ep_notify_args_t *args);
+
+/* Moves the tokens. x [num_tokens, hidden]: bf16 (x_elem_size 2) or e4m3
+ * codes (1) with x_scales [num_tokens, num_scales] 4-byte values (float or
+ * int32, copied as bits) at element strides (scale_token_stride,
+ * scale_hidden_stride); hidden * x_elem_size a multiple of 16 (DeepEP's
+ * rule). topk_idx / topk_weights [num_tokens, num_topk] (num_topk 0: none).
+ * is_token_in_rank [num_tokens, R] names the destinations.
+ * cached_rank_prefix_matrix NULL: the counts of the preceding
+ * mep_ep_notify_dispatch; else a previous dispatch's matrix (the cached
+ * mode: no count exchange; the same is_token_in_rank).
+ * Outputs, recv_capacity rows each (>= the rows received, DeepEP's
+ * num_worst_tokens; rows past them are not written): recv_x [.., hidden];
+ * recv_x_scales [.., num_scales] (FP8); recv_src_idx int32 (the token's
+ * index on its source; may be NULL); recv_topk_idx int64 [.., num_topk]
+ * (the expert minus this rank's first, -1 for experts elsewhere);
+ * recv_topk_weights float (0 where recv_topk_idx is -1); send_head int32
+ * [num_tokens, R] (the row token t lands in on rank r, -1 for none; may
+ * be NULL); recv_channel_prefix_matrix int32 [R, num_channels] (may be
+ * NULL; non-cached only: where source s's channel c starts here). */
+typedef struct mep_ep_normal_dispatch_args {
+  size_t struct_size; /* sizeof(mep_ep_normal_dispatch_args_t) */
+  const void *x;
+  int num_tokens, hidden, x_elem_size;
+  const void *x_scales;
+  int num_scales;
+  int64_t scale_token_stride, scale_hidden_stride;
+  const int64_t *topk_idx;
+  const float *topk_weights;
+  int num_topk, num_experts;
+  const uint8_t *is_token_in_rank;
+  const int32_t *cached_rank_prefix_matrix;
+  int num_channels;
+  int32_t *active_ranks;
+  int64_t timeout_us;
+  int recv_capacity;
+  void *recv_x;
+  void *recv_x_scales;
+  int32_t *recv_src_idx;
+  int64_t *recv_topk_idx;
+  float *recv_topk_weights;
+  int32_t *send_head;
+  int32_t *recv_channel_prefix_matrix;
+  void *stream; /* ignored on the CPU path */
+} mep_ep_normal_dispatch_args_t;
+MEP_API int mep_ep_normal_dispatch(mep_ep_normal_t *buf,
+                                   const mep_ep_normal_dispatch_args_t *args);
+
+/* Sends the rows x [num_recv_tokens, hidden] bf16 (in the order the
+ * dispatch delivered them) back to their sources and writes, for each of
+ * this rank's num_tokens tokens, combined_x[t] = bias_0[t] + bias_1[t] +
+ * the sum of the rows of t that the ranks r with is_token_in_rank[t][r]
+ * sent back, in float, rounded to bf16 once (DeepEP: no weights applied).
+ * With num_topk > 0, topk_weights [num_recv_tokens, num_topk] travel too
+ * and combined_topk_weights [num_tokens, num_topk] gets their sum over
+ * the same ranks; every rank passes the same num_topk. bias_0,
+ * bias_1: [num_tokens, hidden] bf16 or NULL. rank_prefix_matrix and
+ * is_token_in_rank: the dispatch's. Inactive ranks' rows are left out. */
+typedef struct mep_ep_normal_combine_args {
+  size_t struct_size; /* sizeof(mep_ep_normal_combine_args_t) */
+  const void *x;
+  int num_recv_tokens, hidden;
+  const float *topk_weights;
+  int num_topk;
+  const void *bias_0, *bias_1;
+  const int32_t *rank_prefix_matrix;
+  const uint8_t *is_token_in_rank;
+  int num_tokens;
+  int32_t *active_ranks;
+  int64_t timeout_us;
+  void *combined_x;
+  float *combined_topk_weights;
+  void *stream;
+} mep_ep_normal_combine_args_t;
+MEP_API int mep_ep_normal_combine(mep_ep_normal_t *buf,
+                                  const mep_ep_normal_combine_args_t *args);
+
 #ifdef __cplusplus
 }
 #endif

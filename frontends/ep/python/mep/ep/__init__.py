@@ -1,5 +1,7 @@
-"""mep.ep: low-latency expert-parallel dispatch and combine, a drop-in for
-DeepEP's ``deep_ep.Buffer`` in its low-latency use.
+"""mep.ep: expert-parallel dispatch and combine, a drop-in for DeepEP's
+``deep_ep.Buffer``: its low-latency mode (CPU and CUDA tensors) and its
+normal (high-throughput) mode (get_dispatch_layout, dispatch, combine; CPU
+tensors so far, docs/ep.md "The normal mode").
 
     from mep.ep import Buffer
     buf = Buffer(group, 0, Buffer.get_low_latency_rdma_size_hint(T, H, R, E),
@@ -44,7 +46,7 @@ import torch.distributed as dist
 
 from . import _c
 
-__all__ = ["Buffer", "EventOverlap", "topk_idx_t", "ops_problem"]
+__all__ = ["Buffer", "Config", "EventOverlap", "topk_idx_t", "ops_problem"]
 
 # The dtype of topk_idx, as deep_ep.topk_idx_t (DeepEP's default build).
 topk_idx_t = torch.int64
@@ -102,6 +104,67 @@ class EventOverlap:
     def __exit__(self, *exc):
         self.current_stream_wait()
         return False
+
+
+# DeepEP's NUM_MAX_NVL_PEERS: ranks of one host in its size formulas.
+_NVL_PEERS = 8
+
+
+class Config:
+    """DeepEP's performance config of the normal mode: Config(num_sms=20,
+    num_max_nvl_chunked_send_tokens=6, num_max_nvl_chunked_recv_tokens=256,
+    num_max_rdma_chunked_send_tokens=6, num_max_rdma_chunked_recv_tokens=256).
+    mep's CPU path moves a whole call at once and reads only num_sms (its
+    channels, num_sms // 2, shape the handle's channel prefix matrices);
+    the other values are kept and checked as DeepEP checks them."""
+
+    def __init__(self, num_sms=20, num_max_nvl_chunked_send_tokens=6,
+                 num_max_nvl_chunked_recv_tokens=256, num_max_rdma_chunked_send_tokens=6,
+                 num_max_rdma_chunked_recv_tokens=256):
+        vals = (num_sms, num_max_nvl_chunked_send_tokens, num_max_nvl_chunked_recv_tokens,
+                num_max_rdma_chunked_send_tokens, num_max_rdma_chunked_recv_tokens)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in vals):
+            raise TypeError("Config takes ints")
+        if num_sms < 0:
+            raise ValueError(f"num_sms must be >= 0, not {num_sms}")
+        if not 0 < num_max_nvl_chunked_send_tokens < num_max_nvl_chunked_recv_tokens:
+            raise ValueError("need 0 < num_max_nvl_chunked_send_tokens < "
+                             "num_max_nvl_chunked_recv_tokens")
+        if num_max_rdma_chunked_send_tokens <= 0 or num_max_rdma_chunked_recv_tokens <= 0:
+            raise ValueError("the rdma chunk sizes must be positive")
+        s = num_max_rdma_chunked_send_tokens
+        num_max_rdma_chunked_recv_tokens = -(-num_max_rdma_chunked_recv_tokens // s) * s
+        if not s <= num_max_rdma_chunked_recv_tokens // 2:
+            raise ValueError("num_max_rdma_chunked_send_tokens must be at most half of "
+                             "num_max_rdma_chunked_recv_tokens")
+        self.num_sms = num_sms
+        self.num_max_nvl_chunked_send_tokens = num_max_nvl_chunked_send_tokens
+        self.num_max_nvl_chunked_recv_tokens = num_max_nvl_chunked_recv_tokens
+        self.num_max_rdma_chunked_send_tokens = num_max_rdma_chunked_send_tokens
+        self.num_max_rdma_chunked_recv_tokens = num_max_rdma_chunked_recv_tokens
+
+    def get_nvl_buffer_size_hint(self, hidden_bytes, num_ranks):
+        """DeepEP's formula (its ring buffers of chunked tokens), for code that
+        sizes num_nvl_bytes with it. mep holds a whole call instead: when a
+        call needs more, it raises ValueError naming the num_nvl_bytes it
+        needs (Buffer.get_normal_buffer_size_hint)."""
+        rdma = max(num_ranks // _NVL_PEERS, 1)
+        nvl = min(num_ranks, _NVL_PEERS)
+        ch = self.num_sms // 2
+        t = self.num_max_nvl_chunked_recv_tokens
+        n = ch * nvl * (2 * rdma + 3) * 4 + ch * nvl * t * hidden_bytes
+        n += ch * nvl * t * 128 * (8 + 4 + 4)
+        return (n + 127) // 128 * 128
+
+    def get_rdma_buffer_size_hint(self, hidden_bytes, num_ranks):
+        """0: mep has no cross-host normal mode yet (docs/ep.md)."""
+        return 0
+
+    def __repr__(self):
+        return (f"Config({self.num_sms}, {self.num_max_nvl_chunked_send_tokens}, "
+                f"{self.num_max_nvl_chunked_recv_tokens}, "
+                f"{self.num_max_rdma_chunked_send_tokens}, "
+                f"{self.num_max_rdma_chunked_recv_tokens})")
 
 
 class _CudaMemory:
@@ -187,17 +250,19 @@ def _store_addresses(group, rank, size):
 
 
 class Buffer:
-    """The communication buffer of one group for low-latency dispatch and
-    combine. Collective: every rank of `group` creates it, in the same
-    order as its other Buffers.
+    """The communication buffer of one group for dispatch and combine, in
+    DeepEP's low-latency mode and its normal mode. Collective: every rank of
+    `group` creates it, in the same order as its other Buffers.
 
     DeepEP's arguments are accepted, positionally in DeepEP's order, so
-    existing code runs unchanged: num_nvl_bytes, low_latency_mode,
-    num_qps_per_rank, allow_nvlink_for_low_latency_mode, allow_mnnvl,
-    use_fabric, enable_shrink (mep always masks ranks that fail: see the
-    mask methods), comm and any other keyword (**ignored_deepep_kwargs) mean
-    nothing here (mep sizes its memory itself and picks a transport per
-    peer). num_rdma_bytes, when positive, must be
+    existing code runs unchanged: low_latency_mode, num_qps_per_rank,
+    allow_nvlink_for_low_latency_mode, allow_mnnvl, use_fabric,
+    enable_shrink (mep always masks ranks that fail: see the mask methods),
+    comm and any other keyword (**ignored_deepep_kwargs) mean nothing here
+    (mep sizes its low-latency memory itself and picks a transport per
+    peer). num_nvl_bytes is the normal mode's memory per rank (made at the
+    first normal dispatch; a call that needs more raises ValueError naming
+    the size, see get_normal_buffer_size_hint). num_rdma_bytes, when positive, must be
     at least get_low_latency_rdma_size_hint(...) of the calls (ValueError,
     as DeepEP's assertion). explicitly_destroy=True: the memory is released
     by destroy() only (DeepEP's rule); else also when the Buffer is
@@ -242,6 +307,8 @@ class Buffer:
             _check(active_ranks, "active_ranks", torch.int32, (self.group_size,))
             self._user_active = active_ranks
         self._params = None  # (tokens, hidden, experts, device) once made
+        self._nbuf = None  # the normal mode's C buffer, made at its first call
+        self._normal_active = None
         self._lib = _c.libs()
         self._connect()
 
@@ -394,8 +461,359 @@ class Buffer:
 
     @staticmethod
     def set_num_sms(new_num_sms):
-        """Accepted for DeepEP code; mep's kernels size themselves."""
+        """DeepEP's SM count of the normal mode (even, as DeepEP asserts):
+        the default configs' num_sms, whose half is the number of channels
+        of the handle's channel prefix matrices. mep's kernels size
+        themselves."""
+        if isinstance(new_num_sms, bool) or not isinstance(new_num_sms, int) \
+                or new_num_sms <= 0 or new_num_sms % 2:
+            raise ValueError(f"the SM count must be a positive even int, not {new_num_sms!r}")
         Buffer.num_sms = new_num_sms
+
+    # ------------------------------------------------- normal mode
+
+    _DISPATCH_CONFIGS = {2: (24, 256), 4: (6, 256), 8: (6, 256), 16: (36, 288),
+                         24: (32, 288), 32: (32, 288), 48: (32, 288), 64: (32, 288),
+                         96: (20, 480), 128: (20, 560), 144: (32, 720), 160: (28, 720)}
+    _COMBINE_CONFIGS = {2: (10, 256), 4: (9, 256), 8: (4, 256), 16: (4, 288),
+                        24: (1, 288), 32: (1, 288), 48: (1, 288), 64: (1, 288),
+                        96: (1, 480), 128: (1, 560), 144: (2, 720), 160: (2, 720)}
+
+    @staticmethod
+    def get_dispatch_config(num_ranks):
+        """DeepEP's recommended dispatch Config for num_ranks (with the
+        current num_sms); any other number of ranks gets Config(num_sms, 6,
+        256) instead of DeepEP's assertion, since mep takes any group size."""
+        send, recv = Buffer._DISPATCH_CONFIGS.get(num_ranks, (6, 256))
+        return Config(Buffer.num_sms, send, recv, 6, 128)
+
+    @staticmethod
+    def get_combine_config(num_ranks):
+        """DeepEP's recommended combine Config (any other group size:
+        Config(num_sms, 6, 256))."""
+        send, recv = Buffer._COMBINE_CONFIGS.get(num_ranks, (6, 256))
+        return Config(Buffer.num_sms, send, recv, 6, 128)
+
+    @staticmethod
+    def get_normal_buffer_size_hint(num_tokens, hidden, num_ranks, num_topk=8):
+        """num_nvl_bytes a Buffer needs for normal-mode calls in which no rank
+        sends another more than num_tokens tokens of `hidden` bf16 values (or
+        FP8 with hidden / 128 scales) with num_topk experts each (at most
+        num_tokens per rank: the tokens a rank has)."""
+        n = _c.libs().ep_normal_size_hint(int(num_ranks), int(num_tokens), int(hidden),
+                                          int(num_topk))
+        if n == 0:
+            raise ValueError(f"no normal buffer fits {num_tokens} tokens, hidden {hidden}, "
+                             f"{num_ranks} ranks, top-{num_topk} (top-k is at most "
+                             f"{_c.NORMAL_MAX_TOPK})")
+        return n
+
+    @staticmethod
+    def _normal_device(t, what):
+        if t.device.type == "cuda":
+            raise NotImplementedError(
+                f"mep.ep: the normal mode ({what}) has only the CPU path so far; "
+                "CUDA tensors work with the low-latency methods")
+        if t.device.type != "cpu":
+            raise ValueError(f"{what}: tensors on {t.device}; mep.ep takes CPU tensors here")
+
+    def _ensure_normal(self):
+        """The normal mode's C buffer (num_nvl_bytes of host memory), made at
+        the first normal dispatch; collective."""
+        if self._lib is None or self._comm is None:
+            raise RuntimeError("mep.ep.Buffer was destroyed")
+        if self._nbuf is not None:
+            return self._nbuf
+        if self.num_nvl_bytes <= 0:
+            raise ValueError("mep.ep.Buffer: the normal mode needs num_nvl_bytes > 0 (the "
+                             "constructor's second argument); "
+                             "Buffer.get_normal_buffer_size_hint gives what calls need")
+        cfg = _c.NormalConfig(struct_size=ctypes.sizeof(_c.NormalConfig),
+                              num_bytes=self.num_nvl_bytes, flags=_c.HOST, timeout_us=0)
+        buf = ctypes.c_void_p()
+        _c.check(self._lib.ep_normal_create(self._comm, ctypes.byref(cfg), ctypes.byref(buf)),
+                 f"creating the normal-mode buffer (rank {self.rank} of {self.group_size}, "
+                 f"num_nvl_bytes {self.num_nvl_bytes})")
+        self._nbuf = buf
+        if self._normal_active is None:
+            self._normal_active = torch.ones(self.group_size, dtype=torch.int32)
+        return buf
+
+    def _normal_args(self, active_ranks, timeout_us):
+        """(active-ranks pointer, tensor kept alive, timeout) of a normal call."""
+        t = active_ranks if active_ranks is not None else self._user_active
+        if t is None:
+            t = self._normal_active
+        _check(t, "active_ranks", torch.int32, (self.group_size,), torch.device("cpu"))
+        return t.data_ptr(), t, self._call_timeout(timeout_us)
+
+    @staticmethod
+    def _ptr(t):
+        return t.data_ptr() if t is not None and t.numel() else None
+
+    def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None,
+                            async_finish=False, allocate_on_comm_stream=False):
+        """DeepEP's get_dispatch_layout: from topk_idx [N, K] int64 (-1:
+        none) returns (num_tokens_per_rank int32 [R], num_tokens_per_rdma_rank
+        (None: one host), num_tokens_per_expert int32 [num_experts],
+        is_token_in_rank bool [N, R], event). Local: no communication."""
+        _check(topk_idx, "topk_idx", torch.int64, (None, None))
+        self._normal_device(topk_idx, "get_dispatch_layout")
+        experts = _positive_int(num_experts, "num_experts")
+        size = self.group_size
+        if experts % size:
+            raise ValueError(f"num_experts ({experts}) is not a multiple of the group "
+                             f"size ({size})")
+        n, k = topk_idx.shape
+        if k > _c.NORMAL_MAX_TOPK:
+            raise ValueError(f"topk_idx has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
+        per_rank = torch.empty(size, dtype=torch.int32)
+        per_expert = torch.empty(experts, dtype=torch.int32)
+        in_rank = torch.empty((n, size), dtype=torch.bool)
+        args = _c.LayoutArgs(struct_size=ctypes.sizeof(_c.LayoutArgs),
+                             topk_idx=self._ptr(topk_idx), num_tokens=n, num_topk=k,
+                             num_experts=experts, num_ranks=size, ranks_per_host=size,
+                             num_tokens_per_rank=per_rank.data_ptr(),
+                             num_tokens_per_expert=per_expert.data_ptr(),
+                             is_token_in_rank=self._ptr(in_rank))
+        rc = self._lib.ep_get_dispatch_layout(ctypes.byref(args))
+        if rc == -1:
+            raise ValueError((self._lib.last_error() or b"").decode(errors="replace"))
+        _c.check(rc, "get_dispatch_layout")
+        return per_rank, None, per_expert, in_rank, self._event(async_finish, topk_idx.device,
+                                                                (topk_idx,))
+
+    @staticmethod
+    def _split_x(x):
+        """(x, scales or None, element size, number of scales)."""
+        if isinstance(x, tuple):
+            if len(x) != 2:
+                raise ValueError("x as a tuple must be (fp8 values, scales)")
+            x, scales = x
+            _check(x, "x[0]", torch.float8_e4m3fn, (None, None))
+            if not isinstance(scales, torch.Tensor):
+                raise TypeError("x[1] (the scales) must be a torch.Tensor")
+            if scales.dtype not in (torch.float32, torch.int32):
+                raise TypeError(f"x[1] (the scales) must be float32 or int32, not {scales.dtype}")
+            if scales.dim() != 2 or scales.shape[0] != x.shape[0]:
+                raise ValueError(f"x[1] has shape {list(scales.shape)}, expected "
+                                 f"[{x.shape[0]}, *]")
+            if scales.device != x.device:
+                raise ValueError("x's values and scales are on different devices")
+            return x, scales, 1, scales.shape[1]
+        _check(x, "x", torch.bfloat16, (None, None))
+        return x, None, 2, 0
+
+    def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
+                 is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None,
+                 topk_weights=None, expert_alignment=1, num_worst_tokens=0, config=None,
+                 previous_event=None, async_finish=False, allocate_on_comm_stream=False, *,
+                 active_ranks=None, timeout_us=None):
+        """DeepEP's normal-mode dispatch. x: bf16 [N, H], or (float8_e4m3fn
+        [N, H], scales float32/int32 [N, S]). Without a handle: the layout
+        (num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert, from
+        get_dispatch_layout) and optionally topk_idx / topk_weights; returns
+        (recv_x, recv_topk_idx, recv_topk_weights,
+        num_recv_tokens_per_expert_list, handle, event): recv_x packed by
+        source rank, each source's tokens in order; recv_topk_idx local to
+        this rank's experts (-1 elsewhere), recv_topk_weights 0 there. With
+        a handle (the cached mode): no count exchange, no top-k; returns
+        (recv_x, None, None, None, None, event). num_worst_tokens > 0: the
+        outputs have that many rows (recv_topk_idx -1 past the received) and
+        the list is empty. mep's keywords active_ranks and timeout_us as
+        for the low-latency calls."""
+        xv, scales, es, nscales = self._split_x(x)
+        self._normal_device(xv, "dispatch")
+        n, hidden = xv.shape
+        if not xv.is_contiguous():
+            raise ValueError("x must be contiguous")
+        if (hidden * es) % 16:
+            raise ValueError(f"hidden {hidden} of {es}-byte values is not a multiple of 16 "
+                             "bytes (DeepEP's rule)")
+        size, rank = self.group_size, self.rank
+        config = self.get_dispatch_config(size) if config is None else config
+        if not isinstance(config, Config):
+            raise TypeError("config must be a mep.ep.Config")
+        if config.num_sms % 2:
+            raise ValueError(f"config.num_sms ({config.num_sms}) must be even")
+        channels = config.num_sms // 2
+        if isinstance(num_worst_tokens, bool) or not isinstance(num_worst_tokens, int) \
+                or num_worst_tokens < 0:
+            raise ValueError(f"num_worst_tokens must be an int >= 0, not {num_worst_tokens!r}")
+        if isinstance(expert_alignment, bool) or not isinstance(expert_alignment, int) \
+                or expert_alignment < 1:
+            raise ValueError(f"expert_alignment must be an int >= 1, not {expert_alignment!r}")
+        cpu = torch.device("cpu")
+        if handle is not None:
+            if topk_idx is not None or topk_weights is not None:
+                raise ValueError("a cached dispatch (with a handle) takes no topk_idx or "
+                                 "topk_weights")
+            rpm, cpm, rcpm, src_idx, in_rank, send_head = self._unpack_handle(handle)
+            _check(in_rank, "handle's is_token_in_rank", torch.bool, (n, size), cpu)
+            k, experts, per_rank, per_expert = 0, 0, None, None
+            nrecv = int(rpm[size - 1, rank])
+            capacity = src_idx.shape[0]
+        else:
+            if num_tokens_per_rank is None or is_token_in_rank is None \
+                    or num_tokens_per_expert is None:
+                raise ValueError("dispatch without a handle needs num_tokens_per_rank, "
+                                 "is_token_in_rank and num_tokens_per_expert "
+                                 "(get_dispatch_layout)")
+            _check(num_tokens_per_rank, "num_tokens_per_rank", torch.int32, (size,), cpu)
+            _check(is_token_in_rank, "is_token_in_rank", torch.bool, (n, size), cpu)
+            _check(num_tokens_per_expert, "num_tokens_per_expert", torch.int32, (None,), cpu)
+            experts = num_tokens_per_expert.shape[0]
+            if experts == 0 or experts % size:
+                raise ValueError(f"num_tokens_per_expert has {experts} entries, not a positive "
+                                 f"multiple of the group size ({size})")
+            if (topk_idx is None) != (topk_weights is None):
+                raise ValueError("topk_idx and topk_weights come together")
+            k = 0
+            if topk_idx is not None:
+                _check(topk_idx, "topk_idx", torch.int64, (n, None), cpu)
+                k = topk_idx.shape[1]
+                _check(topk_weights, "topk_weights", torch.float32, (n, k), cpu)
+                if k > _c.NORMAL_MAX_TOPK:
+                    raise ValueError(f"topk_idx has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
+                if n and k:
+                    lo, hi = int(topk_idx.min()), int(topk_idx.max())
+                    if lo < -1 or hi >= experts:
+                        raise ValueError(f"topk_idx holds {lo if lo < -1 else hi}; experts "
+                                         f"are 0 .. {experts - 1}, or -1 for none")
+            in_rank = is_token_in_rank
+        if scales is not None:
+            scales_ptr = self._ptr(scales)
+        buf = self._ensure_normal()
+        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us)
+        what = f"dispatch of {n} tokens (rank {rank} of {size})"
+        if handle is None:
+            local = experts // size
+            nrecv_c = ctypes.c_int(-1)
+            per_expert = torch.empty(local, dtype=torch.int32)
+            rpm = torch.empty((size, size), dtype=torch.int32)
+            cpm = torch.empty((size, channels), dtype=torch.int32)
+            nargs = _c.NotifyArgs(
+                struct_size=ctypes.sizeof(_c.NotifyArgs), num_tokens=n, num_experts=experts,
+                expert_alignment=expert_alignment, num_channels=channels,
+                num_tokens_per_rank=num_tokens_per_rank.data_ptr(),
+                num_tokens_per_expert=num_tokens_per_expert.data_ptr(),
+                is_token_in_rank=self._ptr(in_rank), hidden=hidden, x_elem_size=es,
+                num_scales=nscales, num_topk=k, active_ranks=act_ptr, timeout_us=tmo,
+                num_recv_tokens=ctypes.addressof(nrecv_c),
+                num_recv_tokens_per_expert=per_expert.data_ptr(),
+                rank_prefix_matrix=rpm.data_ptr(),
+                channel_prefix_matrix=self._ptr(cpm))
+            rc = self._lib.ep_notify_dispatch(buf, ctypes.byref(nargs))
+            if rc == -1:  # the inputs or the buffer size: the same on every rank
+                raise ValueError(f"mep: {what}: " + (self._lib.last_error() or b"")
+                                 .decode(errors="replace"))
+            _c.check(rc, what)
+            nrecv = nrecv_c.value
+            if num_worst_tokens and num_worst_tokens < nrecv:
+                raise ValueError(f"this rank receives {nrecv} tokens, more than "
+                                 f"num_worst_tokens ({num_worst_tokens})")
+            capacity = num_worst_tokens or nrecv
+            src_idx = torch.empty(capacity, dtype=torch.int32)
+            rcpm = torch.empty((size, channels), dtype=torch.int32)
+            send_head = torch.empty((n, size), dtype=torch.int32)
+        recv_x = torch.empty((capacity, hidden), dtype=xv.dtype)
+        recv_scales = (torch.empty((capacity, nscales), dtype=scales.dtype)
+                       if scales is not None else None)
+        recv_idx = recv_w = None
+        if k:
+            recv_idx = torch.full((capacity, k), -1, dtype=torch.int64)
+            recv_w = torch.zeros((capacity, k), dtype=torch.float32)
+        cached = handle is not None
+        dargs = _c.NormalDispatchArgs(
+            struct_size=ctypes.sizeof(_c.NormalDispatchArgs), x=self._ptr(xv), num_tokens=n,
+            hidden=hidden, x_elem_size=es,
+            x_scales=scales_ptr if scales is not None else None, num_scales=nscales,
+            scale_token_stride=scales.stride(0) if scales is not None else 0,
+            scale_hidden_stride=scales.stride(1) if scales is not None else 0,
+            topk_idx=self._ptr(topk_idx) if k else None,
+            topk_weights=self._ptr(topk_weights) if k else None, num_topk=k,
+            num_experts=experts, is_token_in_rank=self._ptr(in_rank),
+            cached_rank_prefix_matrix=rpm.data_ptr() if cached else None,
+            num_channels=channels, active_ranks=act_ptr, timeout_us=tmo,
+            recv_capacity=capacity, recv_x=self._ptr(recv_x),
+            recv_x_scales=self._ptr(recv_scales) if recv_scales is not None else None,
+            recv_src_idx=None if cached else self._ptr(src_idx),
+            recv_topk_idx=self._ptr(recv_idx) if k else None,
+            recv_topk_weights=self._ptr(recv_w) if k else None,
+            send_head=None if cached else self._ptr(send_head),
+            recv_channel_prefix_matrix=None if cached else rcpm.data_ptr())
+        _c.check(self._lib.ep_normal_dispatch(buf, ctypes.byref(dargs)), what)
+        out_x = (recv_x, recv_scales) if scales is not None else recv_x
+        keep = (xv, scales, in_rank, act, recv_x, recv_scales)
+        event = self._event(async_finish, xv.device, keep)
+        if cached:
+            return out_x, None, None, None, None, event
+        if capacity > nrecv:
+            src_idx[nrecv:] = -1
+        counts = [] if num_worst_tokens else per_expert.tolist()
+        handle = (rpm, cpm, rcpm, src_idx, in_rank, send_head)
+        return out_x, recv_idx, recv_w, counts, handle, event
+
+    def _unpack_handle(self, handle):
+        if not isinstance(handle, (tuple, list)) or len(handle) != 6:
+            raise TypeError("handle must be the 6-tuple dispatch returned")
+        rpm, cpm, rcpm, src_idx, in_rank, send_head = handle
+        size, cpu = self.group_size, torch.device("cpu")
+        _check(rpm, "handle's rank_prefix_matrix", torch.int32, (size, size), cpu)
+        _check(src_idx, "handle's recv_src_idx", torch.int32, (None,), cpu)
+        _check(in_rank, "handle's is_token_in_rank", torch.bool, (None, size), cpu)
+        return rpm, cpm, rcpm, src_idx, in_rank, send_head
+
+    def combine(self, x, handle, topk_weights=None, bias=None, config=None,
+                previous_event=None, async_finish=False, allocate_on_comm_stream=False, *,
+                active_ranks=None, timeout_us=None):
+        """DeepEP's normal-mode combine: x bf16 [num_recv_tokens, H], the
+        rows in the order the dispatch of `handle` delivered them, go back
+        to their ranks, which sum them per token without weights (plus
+        bias: a bf16 [N, H] tensor or a pair of them). topk_weights float32
+        [num_recv_tokens, K] are summed alongside. Returns (combined_x
+        bf16 [N, H], combined_topk_weights float32 [N, K] or None, event)."""
+        _check(x, "x", torch.bfloat16, (None, None))
+        self._normal_device(x, "combine")
+        rpm, _, _, src_idx, in_rank, _ = self._unpack_handle(handle)
+        m, hidden = x.shape
+        cpu = torch.device("cpu")
+        _check(x, "x", torch.bfloat16, (src_idx.shape[0], hidden), cpu)
+        if hidden % 8:
+            raise ValueError(f"hidden {hidden} is not a multiple of 8 (16 bytes of bf16)")
+        if config is not None and not isinstance(config, Config):
+            raise TypeError("config must be a mep.ep.Config")
+        n, size = in_rank.shape[0], self.group_size
+        k = 0
+        if topk_weights is not None:
+            _check(topk_weights, "topk_weights", torch.float32, (m, None), cpu)
+            k = topk_weights.shape[1]
+            if k > _c.NORMAL_MAX_TOPK:
+                raise ValueError(f"topk_weights has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
+        biases = bias if isinstance(bias, tuple) else (bias, None)
+        if len(biases) != 2:
+            raise ValueError("bias is a tensor or a pair of tensors")
+        for i, b in enumerate(biases):
+            if b is not None:
+                _check(b, f"bias[{i}]", torch.bfloat16, (n, hidden), cpu)
+        if self._nbuf is None:
+            raise RuntimeError("mep.ep.Buffer: combine before any normal dispatch")
+        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us)
+        out = torch.empty((n, hidden), dtype=torch.bfloat16)
+        out_w = torch.empty((n, k), dtype=torch.float32) if k else None
+        nrecv = int(rpm[size - 1, self.rank])
+        args = _c.NormalCombineArgs(
+            struct_size=ctypes.sizeof(_c.NormalCombineArgs), x=self._ptr(x),
+            num_recv_tokens=nrecv, hidden=hidden,
+            topk_weights=self._ptr(topk_weights) if k and m else None, num_topk=k,
+            bias_0=self._ptr(biases[0]) if biases[0] is not None else None,
+            bias_1=self._ptr(biases[1]) if biases[1] is not None else None,
+            rank_prefix_matrix=rpm.data_ptr(), is_token_in_rank=self._ptr(in_rank),
+            num_tokens=n, active_ranks=act_ptr, timeout_us=tmo,
+            combined_x=self._ptr(out), combined_topk_weights=self._ptr(out_w) if k else None)
+        what = f"combine of {nrecv} rows (rank {self.rank} of {size})"
+        _c.check(self._lib.ep_normal_combine(self._nbuf, ctypes.byref(args)), what)
+        return out, out_w, self._event(async_finish, x.device, (x, topk_weights, act, out))
 
     @staticmethod
     def capture():
@@ -413,6 +831,8 @@ class Buffer:
         at a later call. The buffer's own exists from the first dispatch on."""
         if self._user_active is not None:
             return self._user_active
+        if self._buf is None and self._normal_active is not None:
+            return self._normal_active  # only the normal mode has run
         buf = self._live()
         ptr = self._lib.ep_active_ranks(buf)
         return _view(ptr, self._params[3], (self.group_size,), torch.int32, self)
@@ -713,6 +1133,9 @@ class Buffer:
         if self._buf is not None:
             lib.ep_buffer_destroy(self._buf)
             self._buf = None
+        if self._nbuf is not None:
+            lib.ep_normal_destroy(self._nbuf)
+            self._nbuf = None
         if self._comm is not None:
             lib.comm_destroy(self._comm)
             self._comm = None

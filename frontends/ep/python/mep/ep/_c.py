@@ -65,6 +65,63 @@ class CombineArgs(ctypes.Structure):
                 ("timeout_us", ctypes.c_int64), ("out", _vp), ("stream", _vp)]
 
 
+# The normal (high-throughput) mode.
+NORMAL_MAX_TOPK = 32
+_i, _i64 = ctypes.c_int, ctypes.c_int64
+
+
+class NormalConfig(ctypes.Structure):
+    """mep_ep_normal_config_t."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_bytes", ctypes.c_size_t),
+                ("flags", ctypes.c_uint), ("timeout_us", _i64)]
+
+
+class LayoutArgs(ctypes.Structure):
+    """mep_ep_layout_args_t."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("topk_idx", _vp),
+                ("num_tokens", _i), ("num_topk", _i), ("num_experts", _i),
+                ("num_ranks", _i), ("ranks_per_host", _i),
+                ("num_tokens_per_rank", _vp), ("num_tokens_per_rdma_rank", _vp),
+                ("num_tokens_per_expert", _vp), ("is_token_in_rank", _vp)]
+
+
+class NotifyArgs(ctypes.Structure):
+    """mep_ep_notify_args_t."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_tokens", _i),
+                ("num_experts", _i), ("expert_alignment", _i), ("num_channels", _i),
+                ("num_tokens_per_rank", _vp), ("num_tokens_per_expert", _vp),
+                ("is_token_in_rank", _vp), ("hidden", _i), ("x_elem_size", _i),
+                ("num_scales", _i), ("num_topk", _i), ("active_ranks", _vp),
+                ("timeout_us", _i64), ("num_recv_tokens", _vp),
+                ("num_recv_tokens_per_expert", _vp), ("rank_prefix_matrix", _vp),
+                ("channel_prefix_matrix", _vp)]
+
+
+class NormalDispatchArgs(ctypes.Structure):
+    """mep_ep_normal_dispatch_args_t."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("x", _vp), ("num_tokens", _i),
+                ("hidden", _i), ("x_elem_size", _i), ("x_scales", _vp),
+                ("num_scales", _i), ("scale_token_stride", _i64),
+                ("scale_hidden_stride", _i64), ("topk_idx", _vp),
+                ("topk_weights", _vp), ("num_topk", _i), ("num_experts", _i),
+                ("is_token_in_rank", _vp), ("cached_rank_prefix_matrix", _vp),
+                ("num_channels", _i), ("active_ranks", _vp), ("timeout_us", _i64),
+                ("recv_capacity", _i), ("recv_x", _vp), ("recv_x_scales", _vp),
+                ("recv_src_idx", _vp), ("recv_topk_idx", _vp),
+                ("recv_topk_weights", _vp), ("send_head", _vp),
+                ("recv_channel_prefix_matrix", _vp), ("stream", _vp)]
+
+
+class NormalCombineArgs(ctypes.Structure):
+    """mep_ep_normal_combine_args_t."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("x", _vp),
+                ("num_recv_tokens", _i), ("hidden", _i), ("topk_weights", _vp),
+                ("num_topk", _i), ("bias_0", _vp), ("bias_1", _vp),
+                ("rank_prefix_matrix", _vp), ("is_token_in_rank", _vp),
+                ("num_tokens", _i), ("active_ranks", _vp), ("timeout_us", _i64),
+                ("combined_x", _vp), ("combined_topk_weights", _vp), ("stream", _vp)]
+
+
 def _lib_dirs():
     """(directory of libmep, directory of libmep-ep) for this package."""
     here = os.path.dirname(os.path.realpath(__file__))
@@ -119,6 +176,14 @@ class _Libs:
             (e, "mep_ep_combine_buffer", vp, [vp]),
             (e, "mep_ep_dispatch", i, [vp, ctypes.POINTER(DispatchArgs)]),
             (e, "mep_ep_combine", i, [vp, ctypes.POINTER(CombineArgs)]),
+            (e, "mep_ep_normal_size_hint", ctypes.c_size_t, [i, i, i, i]),
+            (e, "mep_ep_normal_create", i, [vp, ctypes.POINTER(NormalConfig), pvp]),
+            (e, "mep_ep_normal_destroy", i, [vp]),
+            (e, "mep_ep_normal_pair_bytes", ctypes.c_size_t, [vp]),
+            (e, "mep_ep_get_dispatch_layout", i, [ctypes.POINTER(LayoutArgs)]),
+            (e, "mep_ep_notify_dispatch", i, [vp, ctypes.POINTER(NotifyArgs)]),
+            (e, "mep_ep_normal_dispatch", i, [vp, ctypes.POINTER(NormalDispatchArgs)]),
+            (e, "mep_ep_normal_combine", i, [vp, ctypes.POINTER(NormalCombineArgs)]),
         ]
         for lib, name, res, args in sigs:
             f = getattr(lib, name)
