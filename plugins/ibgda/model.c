@@ -1,6 +1,7 @@
 /* model.c - the software NIC's thread, its key table and its queue
  * pairs (model.h). The WQEs themselves are carried out in model_wqe.c. */
 #include <errno.h>
+#include <sys/syscall.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,7 @@ int mep__m5_qp_create(m5_t *m, uint32_t sq_bbs, uint32_t cq_n,
   memset(q->cq_dbrec, 0, 64);
   q->peer_pid = getpid();
   q->peer = -1;
+  q->peer_pidfd = -1;
   pthread_mutex_lock(&m->mu);
   q->qpn = m->next_qpn++ & 0xffffff;
   q->next = m->qps;
@@ -157,7 +159,17 @@ int mep__m5_qp_create(m5_t *m, uint32_t sq_bbs, uint32_t cq_n,
 
 void mep__m5_qp_target(m5_t *m, m5_qp_t *qp, int peer, pid_t pid,
                        uint64_t peer_keys) {
+  int fd = -1;
+#ifdef SYS_pidfd_open
+  if (pid != getpid()) fd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
+  if (pid != getpid() && fd < 0)
+    m->env->log(MEP_LOG_WARN, "ibgda: model: no pidfd for rank %d (pid %d): "
+                "%s; its end is noticed through its connection only", peer,
+                (int)pid, strerror(errno));
   pthread_mutex_lock(&m->mu);
+  if (qp->peer_pidfd >= 0) close(qp->peer_pidfd);
+  qp->peer_pidfd = fd;
   qp->peer = peer;
   qp->peer_pid = pid;
   qp->peer_keys = peer_keys;
@@ -172,6 +184,7 @@ void mep__m5_qp_destroy(m5_t *m, m5_qp_t *qp) {
       break;
     }
   pthread_mutex_unlock(&m->mu);
+  if (qp->peer_pidfd >= 0) close(qp->peer_pidfd);
   free(qp->sq);
   free(qp->cq);
   free(qp->dbrec);

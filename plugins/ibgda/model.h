@@ -66,6 +66,9 @@ typedef struct m5_qp {
   pid_t peer_pid; /* == getpid(): this process */
   uint64_t peer_keys; /* address of the peer model's key table there */
   int peer;           /* its rank, for messages */
+  int peer_pidfd;     /* a pidfd of the target, -1 for this process: a
+                       * pid that exited is never written to, even once
+                       * the kernel gave the number to another process */
   /* the model's own state (its thread's) */
   uint64_t last_db;
   uint64_t ci;     /* building blocks consumed */

@@ -1,6 +1,7 @@
 /* model_wqe.c - the software NIC carries out one queue pair's WQEs
  * (model.h): doorbell, parsing and checks, the operation, the CQE. */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,9 +38,17 @@ static uint64_t be64_at(const void *p) {
   return mep_mlx5_bswap64(v);
 }
 
+/* Whether the target process has exited (its pidfd turned readable). */
+static int peer_gone(const m5_qp_t *q) {
+  if (q->peer_pidfd < 0) return 0;
+  struct pollfd p = {.fd = q->peer_pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
 /* Reads or writes the target's memory (this process's directly). */
 static int peer_io(const m5_qp_t *q, int wr, uint64_t raddr, void *buf,
                    size_t len) {
+  if (peer_gone(q)) return -ESRCH;
   if (q->peer_pid == getpid()) {
     if (wr)
       memcpy((void *)(uintptr_t)raddr, buf, len);
