@@ -71,12 +71,13 @@ typedef struct ibgda_ep {
   mep__rdma_link_rx_t link_rx;
   m5_qp_t *qp;
   uint32_t peer_qpn;
-  /* producer side: pi, ready and ci are the descriptor's counters (GPU
-   * producers use them too) */
-  uint64_t *ctr; /* [3]: pi, ready, ci */
+  /* the descriptor's counters (mep/device/mlx5_qp.h): pi, ready, ci,
+   * cq_ci, cq_lock; host posting keeps them as kernels would. Host and
+   * kernels must not post on one queue pair at once in this version:
+   * the host's per-WQE records (recs) know nothing of a kernel's WQEs. */
+  uint64_t *ctr; /* [8], one cache line */
   uint64_t last_sig; /* pi of the last WQE that asked for a CQE */
   ibgda_rec_t *recs; /* [sq_bbs] */
-  uint32_t cq_ci;
   unsigned npoll;
 } ibgda_ep_t;
 

@@ -9,7 +9,7 @@
 
 #include "ibgda.h"
 
-enum { PI = 0, READY = 1, CI = 2 };
+enum { PI = 0, READY = 1, CI = 2, CQ_CI = 3, CQ_LOCK = 4 };
 /* One data segment's byte count is 31 bits; longer writes are split. */
 #define WQE_MAX_BYTES (1ull << 30)
 /* poll() reads each peer's socket every this many calls. */
@@ -62,14 +62,15 @@ int mep__ibgda_reap(ibgda_ep_t *ep) {
   m5_qp_t *q = ep->qp;
   int n = 0;
   for (;;) {
-    mep_mlx5_cqe_t *c = &q->cq[ep->cq_ci & (q->cq_n - 1)];
-    if (!mep_mlx5_cqe_ready(c, ep->cq_ci, q->cq_n)) break;
+    uint32_t cq_ci = (uint32_t)ep->ctr[CQ_CI];
+    mep_mlx5_cqe_t *c = &q->cq[cq_ci & (q->cq_n - 1)];
+    if (!mep_mlx5_cqe_ready(c, cq_ci, q->cq_n)) break;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     uint8_t op = mep_mlx5_cqe_opcode(c);
     uint16_t idx = mep_mlx5_cqe_wqe_counter(c);
     uint8_t synd = mep_mlx5_cqe_syndrome(c);
-    ep->cq_ci++;
-    __atomic_store_n(&q->cq_dbrec[0], mep_mlx5_cq_dbrec_value(ep->cq_ci),
+    ep->ctr[CQ_CI] = cq_ci + 1;
+    __atomic_store_n(&q->cq_dbrec[0], mep_mlx5_cq_dbrec_value(cq_ci + 1),
                      __ATOMIC_RELEASE);
     n++;
     ibgda_ctx_t *ctx = ep->ctx;
@@ -93,6 +94,7 @@ int mep__ibgda_reap(ibgda_ep_t *ep) {
               "failed with syndrome 0x%02x (%s)", ctx->rank, idx, ep->rank,
               synd, msg);
     complete_to(ep, idx, status);
+    __atomic_store_n(&ep->ctr[CQ_LOCK], 2, __ATOMIC_RELEASE);
     mep__ibgda_ep_fail(ep, status, 1);
     return -1;
   }

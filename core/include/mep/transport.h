@@ -204,15 +204,18 @@ typedef struct mep_dev_mlx5_peer {
                       * [1] the send producer index (low 16 bits) */
   uint64_t db;       /* the doorbell register: 8-byte stores of the
                       * first 8 bytes of the last control segment */
-  uint64_t pi;       /* uint64_t: building blocks reserved so far
-                      * (producers add atomically) */
-  uint64_t ready;    /* uint64_t: building blocks written and published
-                      * through the doorbell record, in order */
-  uint64_t ci;       /* uint64_t: building blocks the NIC completed, as
-                      * the plugin learnt from the completion queue */
+  /* Counters, each a uint64_t at that address, shared by every producer
+   * of the queue pair (mep/device/mlx5_qp.h says how they are used): */
+  uint64_t pi;       /* building blocks reserved (atomic add) */
+  uint64_t ready;    /* building blocks published, in order */
+  uint64_t ci;       /* building blocks completed, from the CQ */
   uint64_t cq;       /* the completion queue: cq_n 64-byte CQEs */
   uint32_t cq_n;     /* a power of two */
   uint32_t sink_lkey; /* lkey of `sink`, for FETCH_AND_ADD results */
+  uint64_t cq_dbrec; /* the CQ's doorbell record: [0] the consumer index */
+  uint64_t cq_ci;    /* uint64_t: CQEs consumed */
+  uint64_t cq_lock;  /* uint64_t: 0 free, 1 a poller holds the CQ, 2 the
+                      * queue pair failed (an error CQE) */
   uint64_t sink;     /* 8 bytes of local registered memory */
   uint32_t flags;    /* MEP_DEV_MLX5_* */
   uint32_t reserved;
