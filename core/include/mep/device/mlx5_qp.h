@@ -41,10 +41,10 @@
 #include "mep/device/mlx5.h"
 #include "mep/transport.h"
 
-#ifndef __CUDA_ARCH__
+/* the host side of the primitives below (nvcc's device pass sees the
+ * same declarations) */
 #include <sched.h>
 #include <time.h>
-#endif
 
 #ifdef __cplusplus
 extern "C" {
