@@ -6,12 +6,31 @@
  * hand to prove them. So the answer is always MEP_ERR_UNAVAILABLE, with a
  * reason that says which case this machine is: no RDMA device, devices
  * but none mlx5, or an mlx5 device that this version cannot use yet. */
+#include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "ibgda.h"
+
+/* libmlx5 is opened here, not linked: the plugin loads without it, and
+ * once opened it stays (RTLD_NODELETE), as libibverbs keeps its providers,
+ * so unloading the plugin never unloads the provider under libibverbs. */
+typedef bool (*is_supported_fn)(struct ibv_device *);
+
+static is_supported_fn open_mlx5(char *why, size_t len) {
+  void *h = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (!h) {
+    snprintf(why, len, "%s", dlerror());
+    return NULL;
+  }
+  is_supported_fn f = (is_supported_fn)(uintptr_t)dlsym(h,
+                                                        "mlx5dv_is_supported");
+  if (!f) snprintf(why, len, "libmlx5.so.1 has no mlx5dv_is_supported");
+  dlclose(h);
+  return f;
+}
 
 int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg) {
   int n = 0;
@@ -22,12 +41,19 @@ int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg) {
                    "NIC; backend = model runs the software model)");
     return MEP_ERR_UNAVAILABLE;
   }
+  char why[256];
+  is_supported_fn is_mlx5 = open_mlx5(why, sizeof why);
+  if (!is_mlx5) {
+    ibv_free_device_list(list);
+    env->set_error("ibgda: rdma-core's mlx5 library cannot be used: %s", why);
+    return MEP_ERR_UNAVAILABLE;
+  }
   char others[160] = "";
   const char *found = NULL;
   for (int i = 0; i < n; i++) {
     const char *name = ibv_get_device_name(list[i]);
     if (cfg->device[0] && strcmp(cfg->device, name)) continue;
-    if (mlx5dv_is_supported(list[i])) {
+    if (is_mlx5(list[i])) {
       found = name;
       break;
     }

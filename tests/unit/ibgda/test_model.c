@@ -436,6 +436,7 @@ int main(void) {
   mep__m5_dereg(&m, gone_key);
   bad("deregistered region", b_dereg, MEP_MLX5_SYND_REMOTE_ACCESS_ERR,
       "key mismatch");
+  free(gone);
   overrun();
   cross_process();
   mep__m5_close(&m);
