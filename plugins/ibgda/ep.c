@@ -25,12 +25,21 @@ static void info(const ibgda_ep_t *ep, mep__rdma_qpinfo_t *q) {
   q->qpn[0] = ep->qp->qpn;
 }
 
+/* Releases the queue pair (its GPU mapping first). */
+static void qp_release(ibgda_ep_t *ep) {
+  if (!ep->qp) return;
+  if (ep->dev_mem) mep__ibgda_gpu_unmap(ep->ctx, ep->qp->mem);
+  ep->dev_mem = 0;
+  mep__m5_qp_destroy(&ep->ctx->model, ep->qp);
+  ep->qp = NULL;
+  ep->ctr = NULL;
+}
+
 void mep__ibgda_ep_free(ibgda_ep_t *ep) {
   if (!ep) return;
-  if (ep->qp) mep__m5_qp_destroy(&ep->ctx->model, ep->qp);
+  qp_release(ep);
   if (ep->link_fd >= 0) close(ep->link_fd);
   free(ep->recs);
-  free(ep->ctr);
   pthread_mutex_destroy(&ep->mu);
   free(ep);
 }
@@ -45,17 +54,19 @@ static int ep_new(ibgda_ctx_t *ctx, int rank, const ibgda_addr_t *a,
   ep->link_fd = -1;
   pthread_mutex_init(&ep->mu, NULL);
   uint32_t n = ctx->cfg.sq_bbs;
-  ep->ctr = aligned_alloc(64, 64);
   ep->recs = calloc(n, sizeof *ep->recs);
-  int rc = ep->ctr && ep->recs ? mep__m5_qp_create(&ctx->model, n, n, &ep->qp)
-                               : MEP_ERR_NOMEM;
+  int rc = ep->recs ? mep__m5_qp_create(&ctx->model, n, n, &ep->qp)
+                    : MEP_ERR_NOMEM;
   if (rc) {
     mep__ibgda_ep_free(ep);
     return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for a queue pair "
                      "to rank %d", ctx->rank, rank);
   }
-  memset(ep->ctr, 0, 64);
+  ep->ctr = ep->qp->user;
   mep__m5_qp_target(&ctx->model, ep->qp, rank, (pid_t)a->pid, a->keys);
+  if (mep__ibgda_gpu_map(ctx, ep->qp->mem, ep->qp->mem_len, &ep->dev_mem,
+                         ep->unmapped, sizeof ep->unmapped))
+    ep->dev_mem = 0;
   *out = ep;
   return 0;
 }
@@ -141,8 +152,7 @@ int mep__ibgda_close(mep_tp_ep_t *epp) {
   }
   mep__ibgda_ep_fail(ep, MEP_ERR_CLOSED, 0);
   /* release what it holds; the struct stays as the rank's tombstone */
-  if (ep->qp) mep__m5_qp_destroy(&ctx->model, ep->qp);
-  ep->qp = NULL;
+  qp_release(ep);
   if (ep->link_fd >= 0) close(ep->link_fd);
   ep->link_fd = -1;
   ep->retired = 1;

@@ -71,11 +71,15 @@ typedef struct ibgda_ep {
   mep__rdma_link_rx_t link_rx;
   m5_qp_t *qp;
   uint32_t peer_qpn;
-  /* the descriptor's counters (mep/device/mlx5_qp.h): pi, ready, ci,
-   * cq_ci, cq_lock; host posting keeps them as kernels would. Host and
-   * kernels must not post on one queue pair at once in this version:
-   * the host's per-WQE records (recs) know nothing of a kernel's WQEs. */
-  uint64_t *ctr; /* [8], one cache line */
+  /* where kernels reach qp->mem (0: not mapped for a GPU, and why) */
+  uint64_t dev_mem;
+  char unmapped[200];
+  /* the descriptor's counters (mep/device/mlx5_qp.h), qp->user: pi,
+   * ready, ci, cq_ci, cq_lock; host posting keeps them as kernels would.
+   * Host and kernels must not post on one queue pair at once in this
+   * version: the host's per-WQE records (recs) know nothing of a
+   * kernel's WQEs. */
+  uint64_t *ctr;
   uint64_t last_sig; /* pi of the last WQE that asked for a CQE */
   ibgda_rec_t *recs; /* [sq_bbs] */
   unsigned npoll;
@@ -94,8 +98,11 @@ typedef struct ibgda_rmr {
   uint32_t rkey;
 } ibgda_rmr_t;
 
+struct ibgda_cuda;
+
 typedef struct ibgda_ctx {
   const mep_tp_env_t *env;
+  struct ibgda_cuda *cuda; /* the CUDA driver, once opened (gpu.c) */
   ibgda_cfg_t cfg;
   int rank, size, timeout_ms;
   uint64_t inc;
@@ -152,6 +159,12 @@ int mep__ibgda_rkey_decode(const void *blob, size_t len, ibgda_rkey_t *k,
 void mep__ibgda_cq_push(ibgda_ctx_t *ctx, uint64_t token, int status,
                         int peer);
 int mep__ibgda_cq_pop(ibgda_ctx_t *ctx, mep_tp_completion_t *out, int max);
+
+/* gpu.c: 0 with *dev where kernels reach mem, or -1 and why. */
+int mep__ibgda_gpu_map(ibgda_ctx_t *ctx, void *mem, size_t len,
+                       uint64_t *dev, char *why, size_t why_len);
+void mep__ibgda_gpu_unmap(ibgda_ctx_t *ctx, void *mem);
+void mep__ibgda_gpu_close(ibgda_ctx_t *ctx);
 
 /* ep.c */
 int mep__ibgda_connect(mep_tp_ctx_t *ctx, int peer, const void *blob,

@@ -127,24 +127,25 @@ int mep__m5_qp_create(m5_t *m, uint32_t sq_bbs, uint32_t cq_n,
   if (!q) return MEP_ERR_NOMEM;
   q->sq_bbs = sq_bbs;
   q->cq_n = cq_n;
-  q->sq = aligned_alloc(MEP_MLX5_SEND_WQE_BB,
-                        (size_t)sq_bbs * MEP_MLX5_SEND_WQE_BB);
-  q->cq = aligned_alloc(MEP_MLX5_CQE_SIZE, (size_t)cq_n * MEP_MLX5_CQE_SIZE);
-  /* doorbell record, register and CQ record: one cache line each, as
-   * they are written by different agents */
-  q->dbrec = aligned_alloc(64, 64);
-  q->db = aligned_alloc(64, 64);
-  q->cq_dbrec = aligned_alloc(64, 64);
-  if (!q->sq || !q->cq || !q->dbrec || !q->db || !q->cq_dbrec) {
-    free(q->sq), free(q->cq), free(q->dbrec), free(q->db), free(q->cq_dbrec);
+  size_t sq = (size_t)sq_bbs * MEP_MLX5_SEND_WQE_BB;
+  size_t cq = (size_t)cq_n * MEP_MLX5_CQE_SIZE;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  q->mem_len = (sq + cq + 4 * 64 + page - 1) / page * page;
+  if (posix_memalign(&q->mem, page, q->mem_len)) {
     free(q);
     return MEP_ERR_NOMEM;
   }
-  memset(q->sq, 0, (size_t)sq_bbs * MEP_MLX5_SEND_WQE_BB);
+  uint8_t *b = q->mem;
+  memset(b, 0, q->mem_len);
+  q->sq = b;
+  q->cq = (mep_mlx5_cqe_t *)(b + sq);
+  /* doorbell record, register, CQ record, counters: a cache line each,
+   * as different agents write them */
+  q->dbrec = (uint32_t *)(b + sq + cq);
+  q->db = (uint64_t *)(b + sq + cq + 64);
+  q->cq_dbrec = (uint32_t *)(b + sq + cq + 128);
+  q->user = (uint64_t *)(b + sq + cq + 192);
   for (uint32_t i = 0; i < cq_n; i++) mep_mlx5_cqe_init(&q->cq[i]);
-  memset(q->dbrec, 0, 64);
-  memset(q->db, 0, 64);
-  memset(q->cq_dbrec, 0, 64);
   q->peer_pid = getpid();
   q->peer = -1;
   q->peer_pidfd = -1;
@@ -185,11 +186,7 @@ void mep__m5_qp_destroy(m5_t *m, m5_qp_t *qp) {
     }
   pthread_mutex_unlock(&m->mu);
   if (qp->peer_pidfd >= 0) close(qp->peer_pidfd);
-  free(qp->sq);
-  free(qp->cq);
-  free(qp->dbrec);
-  free(qp->db);
-  free(qp->cq_dbrec);
+  free(qp->mem);
   free(qp);
 }
 

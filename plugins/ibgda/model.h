@@ -53,6 +53,14 @@ typedef struct m5_key {
 } m5_key_t;
 
 typedef struct m5_qp {
+  /* One page-aligned block holds all of the queue pair's memory, so that
+   * it is mapped for a GPU with one registration: the send queue, the
+   * CQ, then a 64-byte line each for the doorbell record, the doorbell
+   * register, the CQ's doorbell record and the producers' own counters
+   * (`user`: what mep_dev_mlx5_peer_t's pi, ready, ci... point to). */
+  void *mem;
+  size_t mem_len;
+  uint64_t *user; /* 8 words, zeroed */
   /* the queue pair as mlx5 lays it out (producers write these) */
   uint8_t *sq;
   uint32_t sq_bbs; /* power of two */

@@ -46,6 +46,7 @@ static int ibgda_fini(mep_tp_ctx_t *ctxp) {
     mep__ibgda_ep_free(ep);
   }
   mep__rdma_boot_close(&ctx->boot);
+  mep__ibgda_gpu_close(ctx);
   if (ctx->model_open) {
     if (ctx->sink_key) mep__m5_dereg(&ctx->model, ctx->sink_key);
     mep__m5_close(&ctx->model);

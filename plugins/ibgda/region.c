@@ -1,5 +1,6 @@
 /* region.c - registrations (keys of the model's table), imported peer
  * regions, and the MEP_DEV_MLX5 descriptor parts kernels take. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,10 +82,9 @@ static int put(const void *part, size_t n, void *desc, size_t *len) {
   return 0;
 }
 
-/* The queue pair as kernels take it. The model's queues live in host
- * memory: kernels reach them where that memory is mapped for the GPU
- * (this version gives host addresses; GPU use of the model needs them
- * mapped, see docs/ibgda.md). */
+/* The queue pair as kernels take it: the model's queues live in host
+ * memory, which kernels reach where it was mapped for the GPU at connect
+ * (gpu.c); elsewhere MEP_ERR_UNREACHABLE with the reason. */
 int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
                                  size_t *len) {
   ibgda_ctx_t *ctx = ctxp;
@@ -95,35 +95,47 @@ int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
   pthread_mutex_lock(&ctx->mu);
   ibgda_ep_t *ep = ctx->peers[peer];
   mep_dev_mlx5_peer_t part;
-  int open = ep && !ep->retired && ep->qp;
+  int open = ep && !ep->retired && ep->qp, mapped = 0;
+  char why[200] = "";
   if (open) {
     pthread_mutex_lock(&ep->mu);
     m5_qp_t *q = ep->qp;
+    mapped = ep->dev_mem != 0;
+    snprintf(why, sizeof why, "%s", ep->unmapped);
+    /* where kernels reach each object: the block's mapped address plus
+     * its offset; the sink is named to the model, by its host address */
+    uint64_t d = ep->dev_mem, h = (uint64_t)(uintptr_t)q->mem;
+#define DEV(p) (d + ((uint64_t)(uintptr_t)(p) - h))
     part = (mep_dev_mlx5_peer_t){
         .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
         .qpn = q->qpn,
         .sq_bbs = q->sq_bbs,
-        .sq = (uint64_t)(uintptr_t)q->sq,
-        .dbrec = (uint64_t)(uintptr_t)q->dbrec,
-        .db = (uint64_t)(uintptr_t)q->db,
-        .pi = (uint64_t)(uintptr_t)&ep->ctr[0],
-        .ready = (uint64_t)(uintptr_t)&ep->ctr[1],
-        .ci = (uint64_t)(uintptr_t)&ep->ctr[2],
-        .cq = (uint64_t)(uintptr_t)q->cq,
+        .sq = DEV(q->sq),
+        .dbrec = DEV(q->dbrec),
+        .db = DEV(q->db),
+        .pi = DEV(&ep->ctr[0]),
+        .ready = DEV(&ep->ctr[1]),
+        .ci = DEV(&ep->ctr[2]),
+        .cq = DEV(q->cq),
         .cq_n = q->cq_n,
-        .cq_dbrec = (uint64_t)(uintptr_t)q->cq_dbrec,
-        .cq_ci = (uint64_t)(uintptr_t)&ep->ctr[3],
-        .cq_lock = (uint64_t)(uintptr_t)&ep->ctr[4],
         .sink_lkey = ctx->sink_key,
+        .cq_dbrec = DEV(q->cq_dbrec),
+        .cq_ci = DEV(&ep->ctr[3]),
+        .cq_lock = DEV(&ep->ctr[4]),
         .sink = (uint64_t)(uintptr_t)ctx->sink,
         .flags = MEP_DEV_MLX5_MODEL,
     };
+#undef DEV
     pthread_mutex_unlock(&ep->mu);
   }
   pthread_mutex_unlock(&ctx->mu);
   if (!open)
     return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: rank "
                      "%d is not connected", peer);
+  if (!mapped)
+    return IBGDA_ERR(ctx, MEP_ERR_UNREACHABLE, "ibgda: kernels cannot reach "
+                     "the queue pair to rank %d: the model's queues are host "
+                     "memory not mapped for a GPU (%s)", peer, why);
   if (put(&part, sizeof part, desc, len))
     return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: %zu "
                      "bytes of room, %zu needed", *len, sizeof part);

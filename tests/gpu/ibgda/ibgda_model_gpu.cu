@@ -127,18 +127,15 @@ int main(void) {
   uint64_t *ctr, *sink, *words;
   uint8_t *src, *dst;
   size_t bytes = (size_t)WARPS * OPS * SLOT;
-  CK(cudaHostAlloc(&ctr, 64, cudaHostAllocMapped));
   CK(cudaHostAlloc(&sink, 64, cudaHostAllocMapped));
   CK(cudaHostAlloc(&words, 8 * (WARPS + 1), cudaHostAllocMapped));
   CK(cudaHostAlloc(&src, bytes, cudaHostAllocMapped));
   dst = (uint8_t *)calloc(1, bytes);
-  memset(ctr, 0, 64);
   memset(words, 0, 8 * (WARPS + 1));
-  CK(cudaHostRegister(qp->sq, (size_t)qp->sq_bbs * 64, cudaHostRegisterMapped));
-  CK(cudaHostRegister(qp->cq, (size_t)qp->cq_n * 64, cudaHostRegisterMapped));
-  CK(cudaHostRegister(qp->dbrec, 64, cudaHostRegisterMapped));
-  CK(cudaHostRegister(qp->db, 64, cudaHostRegisterMapped));
-  CK(cudaHostRegister(qp->cq_dbrec, 64, cudaHostRegisterMapped));
+  /* one page-aligned block: SQ, CQ, doorbell record and register, CQ
+   * record, the producers' counters (qp->user) */
+  CK(cudaHostRegister(qp->mem, qp->mem_len, cudaHostRegisterMapped));
+  ctr = qp->user;
   uint32_t skey, dkey, wkey, sinkkey;
   CHECK(!mep__m5_reg(&m, src, bytes, &skey) &&
             !mep__m5_reg(&m, dst, bytes, &dkey) &&
