@@ -15,25 +15,40 @@ enum { PI = 0, READY = 1, CI = 2, CQ_CI = 3, CQ_LOCK = 4 };
 /* poll() reads each peer's socket every this many calls. */
 #define LINK_CHECK_POLLS 64
 
-/* ep->mu held: completes every WQE from ci up to the one at index
- * `idx`, with status (tokens pushed); returns 0, or -1 when idx names no
- * WQE in flight (a CQE the plugin cannot place). */
-static int complete_to(ibgda_ep_t *ep, uint16_t idx, int status) {
+/* ep->mu held: completes every WQE from ci up to the one at index `idx`
+ * (or, with !inclusive, up to the one before it), status 0; returns 0,
+ * or -1 when idx names no WQE in flight (a CQE the plugin cannot
+ * place). */
+static int complete_to(ibgda_ep_t *ep, uint16_t idx, int inclusive) {
   uint32_t mask = ep->qp->sq_bbs - 1;
   uint64_t ci = ep->ctr[CI], pi = ep->ctr[PI];
   uint64_t at = ci;
   /* find it first: a stray CQE must not complete anything */
   while (at < pi && (uint16_t)at != idx) at += ep->recs[at & mask].nbb;
   if (at >= pi) return -1;
-  while (ci <= at) {
+  while (ci < at || (inclusive && ci == at)) {
     ibgda_rec_t *r = &ep->recs[ci & mask];
-    if (r->has_token)
-      mep__ibgda_cq_push(ep->ctx, r->token, status, ep->rank);
+    if (r->has_token) mep__ibgda_cq_push(ep->ctx, r->token, 0, ep->rank);
     r->has_token = 0;
     ci += r->nbb;
   }
   __atomic_store_n(&ep->ctr[CI], ci, __ATOMIC_RELEASE);
   return 0;
+}
+
+/* What an error CQE's syndrome says about the peer (as the verbs plugin
+ * reads the same errors from ibv_wc). */
+static int synd_status(uint8_t synd) {
+  switch (synd) {
+  case MEP_MLX5_SYND_REMOTE_ACCESS_ERR:
+  case MEP_MLX5_SYND_LOCAL_PROT_ERR:
+  case MEP_MLX5_SYND_LOCAL_ACCESS_ERR: return MEP_ERR_BOUNDS;
+  case MEP_MLX5_SYND_REMOTE_INVAL_REQ_ERR:
+  case MEP_MLX5_SYND_REMOTE_OP_ERR:
+  case MEP_MLX5_SYND_LOCAL_QP_OP_ERR:
+  case MEP_MLX5_SYND_LOCAL_LENGTH_ERR: return MEP_ERR_PROTOCOL;
+  default: return MEP_ERR_PEER_FAILED;
+  }
 }
 
 void mep__ibgda_ep_fail(ibgda_ep_t *ep, int status, int report) {
@@ -75,7 +90,7 @@ int mep__ibgda_reap(ibgda_ep_t *ep) {
     n++;
     ibgda_ctx_t *ctx = ep->ctx;
     if (op == MEP_MLX5_CQE_REQ) {
-      if (complete_to(ep, idx, 0)) {
+      if (complete_to(ep, idx, 1)) {
         IBGDA_LOG(ctx, MEP_LOG_ERROR, "ibgda: rank %d: a CQE for WQE %u, "
                   "which is not in flight to rank %d", ctx->rank, idx,
                   ep->rank);
@@ -84,16 +99,16 @@ int mep__ibgda_reap(ibgda_ep_t *ep) {
       }
       continue;
     }
-    /* An error CQE: the queue pair is in the error state, as on mlx5. */
+    /* An error CQE: the queue pair is in the error state, as on mlx5.
+     * The WQEs before it completed; it and every later one did not: their
+     * tokens fail as the peer's (ep_fail), and the report says why. */
     char msg[320] = "";
     mep__m5_last_error(&ctx->model, msg, sizeof msg);
-    int status = synd == MEP_MLX5_SYND_TRANSPORT_RETRY_EXC_ERR
-                     ? MEP_ERR_PEER_FAILED
-                     : MEP_ERR_PROTOCOL;
+    int status = synd_status(synd);
     IBGDA_LOG(ctx, MEP_LOG_ERROR, "ibgda: rank %d: WQE %u to rank %d "
-              "failed with syndrome 0x%02x (%s)", ctx->rank, idx, ep->rank,
-              synd, msg);
-    complete_to(ep, idx, status);
+              "failed with syndrome 0x%02x (%s); the peer is reported "
+              "failed", ctx->rank, idx, ep->rank, synd, msg);
+    complete_to(ep, idx, 0);
     __atomic_store_n(&ep->ctr[CQ_LOCK], 2, __ATOMIC_RELEASE);
     mep__ibgda_ep_fail(ep, status, 1);
     return -1;
