@@ -188,9 +188,11 @@ typedef struct mep_dev_ptr_region {
 
 /* MEP_DEV_MLX5 (ABI 1.4): kernels build mlx5 work requests in a queue
  * pair's send queue and ring its doorbell (mep/device/mlx5.h has the
- * encoding). Addresses are where kernels on this process's GPU reach each
- * object; host code of the plugin posts on the same queue pair through
- * the same counters. Version 1: one RC queue pair per peer. */
+ * encoding, mep/device/mlx5_qp.h the protocol on the counters). The
+ * addresses of the queue pair's objects are where kernels on this
+ * process's GPU reach them; `sink` and the region part's raddr are
+ * addresses as the NIC names them in WQEs. Version 1: one RC queue pair
+ * per peer. */
 #define MEP_DEV_MLX5_VERSION 1
 #define MEP_DEV_MLX5_MODEL 1u /* the queues are served by the software
                                * model of the NIC, not by a ConnectX */
@@ -216,7 +218,8 @@ typedef struct mep_dev_mlx5_peer {
   uint64_t cq_ci;    /* uint64_t: CQEs consumed */
   uint64_t cq_lock;  /* uint64_t: 0 free, 1 a poller holds the CQ, 2 the
                       * queue pair failed (an error CQE) */
-  uint64_t sink;     /* 8 bytes of local registered memory */
+  uint64_t sink;     /* 8 bytes of local registered memory (the NIC's
+                      * address: kernels never dereference it) */
   uint32_t flags;    /* MEP_DEV_MLX5_* */
   uint32_t reserved;
 } mep_dev_mlx5_peer_t;

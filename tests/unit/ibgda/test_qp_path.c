@@ -104,6 +104,10 @@ int main(void) {
       .cq_lock = (uint64_t)(uintptr_t)&ctr[4],
       .sink = (uint64_t)(uintptr_t)sink,
       .flags = MEP_DEV_MLX5_MODEL};
+  CHECK(sizeof desc <= MEP_DEV_DESC_MAX &&
+            sizeof(mep_dev_mlx5_region_t) <= MEP_DEV_DESC_MAX,
+        "descriptor parts of %zu and %zu bytes exceed MEP_DEV_DESC_MAX",
+        sizeof desc, sizeof(mep_dev_mlx5_region_t));
   pthread_t th[THREADS];
   for (int t = 0; t < THREADS; t++)
     CHECK(!pthread_create(&th[t], NULL, producer, (void *)(intptr_t)t), "pc");
