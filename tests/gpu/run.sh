@@ -89,6 +89,17 @@ if want tests; then
   # nvlink's sources built as "peermap" serve the kernel path
   t peermap-coll-kernel-2ranks 300 env MEP_TRANSPORTS=peermap,tcp \
     "$b/tests/gpu/cuda_coll" -n 2 --path kernel
+  # ibgda (built where rdma-core's libmlx5 is installed): GPU warps post
+  # mlx5 WQEs that the software model of the NIC carries out; the plugin
+  # over the model (host memory)
+  if [ -x "$b/tests/gpu/ibgda_model_gpu" ]; then
+    t ibgda-model-gpu 300 "$b/tests/gpu/ibgda_model_gpu"
+    t plugin-check-ibgda-model 300 env MEP_IBGDA_BACKEND=model \
+      MEP_IBGDA_BOOTSTRAP_IFNAME=lo "$b/tools/plugin-check/mep-plugin-check" \
+      "$b/plugins/ibgda/libmep-transport-ibgda.so"
+  else
+    echo "skip ibgda: not built (no libmlx5 / infiniband/mlx5dv.h)"
+  fi
 fi
 if want python; then
   t c10d-cuda 400 python3 tests/gpu/test_c10d_cuda.py

@@ -162,6 +162,10 @@ static void adds_both_ways(so_t *t) {
     pc_fail("the ADD word changed to %llu after all ADDs had arrived (want "
             "%llu)",
             (unsigned long long)x, (unsigned long long)final);
+  /* Both have read the word before either sends more to it: a transport
+   * that needs no target CPU (an RDMA NIC, the ibgda model) would land
+   * the peer's next SET before this rank's read otherwise. */
+  pc_link_barrier(1, "the barrier after reading the ADD word");
 
   /* ADD wraps modulo 2^64 like an unsigned add. */
   pc_signal(t->s, &t->rctl, PC_WORD_ADD, UINT64_MAX - 1, MEP_SIGNAL_SET);

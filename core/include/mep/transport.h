@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 3
+#define MEP_TRANSPORT_ABI_MINOR 4
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -185,6 +185,52 @@ typedef struct mep_dev_ptr_region {
                   * plugin's init) reach the region's first byte */
   uint64_t len;  /* of the region */
 } mep_dev_ptr_region_t;
+
+/* MEP_DEV_MLX5 (ABI 1.4): kernels build mlx5 work requests in a queue
+ * pair's send queue and ring its doorbell (mep/device/mlx5.h has the
+ * encoding, mep/device/mlx5_qp.h the protocol on the counters). The
+ * addresses of the queue pair's objects are where kernels on this
+ * process's GPU reach them; `sink` and the region part's raddr are
+ * addresses as the NIC names them in WQEs. Version 1: one RC queue pair
+ * per peer. */
+#define MEP_DEV_MLX5_VERSION 1
+#define MEP_DEV_MLX5_MODEL 1u /* the queues are served by the software
+                               * model of the NIC, not by a ConnectX */
+typedef struct mep_dev_mlx5_peer {
+  mep_dev_desc_t hdr;
+  uint32_t qpn;      /* the queue pair number (24 bits) */
+  uint32_t sq_bbs;   /* send queue size in 64-byte building blocks, a power
+                      * of two; the WQE index mask is sq_bbs - 1 */
+  uint64_t sq;       /* the send queue's first building block */
+  uint64_t dbrec;    /* the doorbell record: 2 big-endian 32-bit words,
+                      * [1] the send producer index (low 16 bits) */
+  uint64_t db;       /* the doorbell register: 8-byte stores of the
+                      * first 8 bytes of the last control segment */
+  /* Counters, each a uint64_t at that address, shared by every producer
+   * of the queue pair (mep/device/mlx5_qp.h says how they are used): */
+  uint64_t pi;       /* building blocks reserved (atomic add) */
+  uint64_t ready;    /* building blocks published, in order */
+  uint64_t ci;       /* building blocks completed, from the CQ */
+  uint64_t cq;       /* the completion queue: cq_n 64-byte CQEs */
+  uint32_t cq_n;     /* a power of two */
+  uint32_t sink_lkey; /* lkey of `sink`, for FETCH_AND_ADD results */
+  uint64_t cq_dbrec; /* the CQ's doorbell record: [0] the consumer index */
+  uint64_t cq_ci;    /* uint64_t: CQEs consumed */
+  uint64_t cq_lock;  /* uint64_t: 0 free, 1 a poller holds the CQ, 2 the
+                      * queue pair failed (an error CQE) */
+  uint64_t sink;     /* 8 bytes of local registered memory (the NIC's
+                      * address: kernels never dereference it) */
+  uint32_t flags;    /* MEP_DEV_MLX5_* */
+  uint32_t reserved;
+} mep_dev_mlx5_peer_t;
+
+typedef struct mep_dev_mlx5_region {
+  mep_dev_desc_t hdr;
+  uint64_t raddr; /* the peer's address of the region's first byte */
+  uint64_t len;
+  uint32_t rkey;
+  uint32_t reserved;
+} mep_dev_mlx5_region_t;
 
 typedef struct mep_tp_props {
   uint32_t struct_size;   /* set by the core; a plugin fills what fits */

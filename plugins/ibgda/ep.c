@@ -1,0 +1,161 @@
+/* ep.c - connect() and close(): a queue pair per peer on the model, its
+ * numbers exchanged through the verbs plugin's bootstrap (handshake.h),
+ * whose socket stays open as the liveness channel. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ibgda.h"
+
+/* Both sides' queue pairs are "at RTS" once the peer's number is known:
+ * the model needs nothing more than the target (set before). */
+static int up_cb(void *arg, const mep__rdma_qpinfo_t *theirs) {
+  ibgda_ep_t *ep = arg;
+  ep->peer_qpn = theirs->qpn[0];
+  return 0;
+}
+
+static void info(const ibgda_ep_t *ep, mep__rdma_qpinfo_t *q) {
+  memset(q, 0, sizeof *q);
+  q->port = 1;
+  q->link_layer = 2; /* the model has no fabric; the fields are valid */
+  q->mtu = 5;
+  q->nqp = 1;
+  q->qpn[0] = ep->qp->qpn;
+}
+
+/* Releases the queue pair (its GPU mapping first). */
+static void qp_release(ibgda_ep_t *ep) {
+  if (!ep->qp) return;
+  if (ep->dev_mem) mep__ibgda_gpu_unmap(ep->ctx, ep->qp->mem);
+  ep->dev_mem = 0;
+  mep__m5_qp_destroy(&ep->ctx->model, ep->qp);
+  ep->qp = NULL;
+  ep->ctr = NULL;
+}
+
+void mep__ibgda_ep_free(ibgda_ep_t *ep) {
+  if (!ep) return;
+  qp_release(ep);
+  if (ep->link_fd >= 0) close(ep->link_fd);
+  free(ep->recs);
+  pthread_mutex_destroy(&ep->mu);
+  free(ep);
+}
+
+static int ep_new(ibgda_ctx_t *ctx, int rank, const ibgda_addr_t *a,
+                  ibgda_ep_t **out) {
+  ibgda_ep_t *ep = calloc(1, sizeof *ep);
+  if (!ep) return MEP_ERR_NOMEM;
+  ep->ctx = ctx;
+  ep->rank = rank;
+  ep->inc = a->boot.incarnation;
+  ep->link_fd = -1;
+  pthread_mutex_init(&ep->mu, NULL);
+  uint32_t n = ctx->cfg.sq_bbs;
+  ep->recs = calloc(n, sizeof *ep->recs);
+  int rc = ep->recs ? mep__m5_qp_create(&ctx->model, n, n, &ep->qp)
+                    : MEP_ERR_NOMEM;
+  if (rc) {
+    mep__ibgda_ep_free(ep);
+    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for a queue pair "
+                     "to rank %d", ctx->rank, rank);
+  }
+  ep->ctr = ep->qp->user;
+  mep__m5_qp_target(&ctx->model, ep->qp, rank, (pid_t)a->pid, a->keys);
+  if (mep__ibgda_gpu_map(ctx, ep->qp->mem, ep->qp->mem_len, &ep->dev_mem,
+                         ep->unmapped, sizeof ep->unmapped))
+    ep->dev_mem = 0;
+  *out = ep;
+  return 0;
+}
+
+int mep__ibgda_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
+                       size_t len, mep_tp_ep_t **out) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx || !out) return MEP_ERR_INVALID;
+  if (peer < 0 || peer >= ctx->size || peer == ctx->rank)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: connect from rank %d to "
+                     "rank %d in a group of %d", ctx->rank, peer, ctx->size);
+  ibgda_addr_t a;
+  char why[160];
+  if (mep__ibgda_addr_decode(blob, len, &a, why, sizeof why))
+    return IBGDA_ERR(ctx, MEP_ERR_PROTOCOL, "ibgda: rank %d: connect to "
+                     "rank %d: %s", ctx->rank, peer, why);
+  pthread_mutex_lock(&ctx->mu);
+  ibgda_ep_t *old = ctx->peers[peer];
+  if (old && !old->retired) {
+    int same = !old->dead && old->inc == a.boot.incarnation;
+    pthread_mutex_unlock(&ctx->mu);
+    if (same) return *out = old, 0;
+    return IBGDA_ERR(ctx, old->dead ? MEP_ERR_PEER_FAILED : MEP_ERR_INVALID,
+                     "ibgda: rank %d: connect to rank %d: the endpoint of "
+                     "its earlier connection %s; close it first", ctx->rank,
+                     peer, old->dead ? "failed and is not closed yet"
+                                     : "(another process) is still open");
+  }
+  /* the tombstone of a closed endpoint goes now: the core never uses a
+   * closed endpoint again */
+  ctx->peers[peer] = NULL;
+  pthread_mutex_unlock(&ctx->mu);
+  mep__ibgda_ep_free(old);
+
+  ibgda_ep_t *ep = NULL;
+  int rc = ep_new(ctx, peer, &a, &ep);
+  if (rc) return rc;
+  mep__rdma_qpinfo_t mine;
+  info(ep, &mine);
+  int64_t deadline = mep__rdma_now_ms() + ctx->timeout_ms;
+  rc = mep__rdma_boot_connect(&ctx->boot, peer, &a.boot, &mine, up_cb, ep,
+                              deadline, &ep->link_fd);
+  if (rc) {
+    mep__ibgda_ep_free(ep);
+    return rc;
+  }
+  pthread_mutex_lock(&ctx->mu);
+  ctx->peers[peer] = ep;
+  pthread_mutex_unlock(&ctx->mu);
+  IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d connected to rank %d: QP "
+            "0x%x -> 0x%x (software model)", ctx->rank, peer, ep->qp->qpn,
+            ep->peer_qpn);
+  *out = ep;
+  return 0;
+}
+
+int mep__ibgda_close(mep_tp_ep_t *epp) {
+  ibgda_ep_t *ep = epp;
+  if (!ep) return 0;
+  ibgda_ctx_t *ctx = ep->ctx;
+  pthread_mutex_lock(&ep->mu);
+  if (ep->retired) {
+    pthread_mutex_unlock(&ep->mu);
+    return 0;
+  }
+  if (!ep->dead) {
+    int calm = mep__ibgda_settle(ep, IBGDA_BYE_MS);
+    /* a peer that closed first said goodbye already, and its socket may
+     * be gone: nothing to tell it */
+    int s = mep__rdma_link_read(ep->link_fd, &ep->link_rx,
+                                (uint32_t)ep->rank, (uint32_t)ctx->rank);
+    if (s == MEP_RDMA_LINK_BYE)
+      IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d closes after rank %d "
+                "did", ctx->rank, ep->rank);
+    else if (!(calm && s == MEP_RDMA_LINK_QUIET &&
+               mep__rdma_link_bye(ep->link_fd, (uint32_t)ctx->rank,
+                                  (uint32_t)ep->rank, IBGDA_BYE_MS) == 0))
+      IBGDA_LOG(ctx, MEP_LOG_INFO, "ibgda: rank %d closes its connection "
+                "to rank %d %s", ctx->rank, ep->rank,
+                !calm ? "with requests in flight"
+                      : s != MEP_RDMA_LINK_QUIET ? "after the peer's end"
+                                                 : "without a goodbye");
+  }
+  mep__ibgda_ep_fail(ep, MEP_ERR_CLOSED, 0);
+  /* release what it holds; the struct stays as the rank's tombstone */
+  qp_release(ep);
+  if (ep->link_fd >= 0) close(ep->link_fd);
+  ep->link_fd = -1;
+  ep->retired = 1;
+  pthread_mutex_unlock(&ep->mu);
+  return 0;
+}

@@ -1,0 +1,224 @@
+/*
+ * plugin.c - the ibgda transport's vtable: init (backend choice), props,
+ * address, reachable, fini. See ibgda.h for the design, model.h for the
+ * software NIC, docs/ibgda.md for what is proven and what is not.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ibgda.h"
+
+#define IBGDA_DEFAULT_TIMEOUT_MS 30000
+
+static int env_ok(const mep_tp_env_t *env) {
+  return env && env->struct_size >= offsetof(mep_tp_env_t, set_error) +
+                                        sizeof env->set_error &&
+         env->log && env->set_error;
+}
+
+/* Random, so that a replacement of a rank is told from the process it
+ * replaces (handshake.h). */
+static uint64_t new_incarnation(const void *salt) {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)salt;
+    v *= 0x9e3779b97f4a7c15ull;
+  }
+  return v ? v : 1;
+}
+
+static int ibgda_fini(mep_tp_ctx_t *ctxp) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx) return 0;
+  for (int r = 0; ctx->peers && r < ctx->size; r++) {
+    ibgda_ep_t *ep = ctx->peers[r];
+    if (!ep) continue;
+    pthread_mutex_lock(&ep->mu);
+    if (!ep->retired) mep__ibgda_ep_fail(ep, MEP_ERR_CLOSED, 0);
+    pthread_mutex_unlock(&ep->mu);
+    mep__ibgda_ep_free(ep);
+  }
+  mep__rdma_boot_close(&ctx->boot);
+  mep__ibgda_gpu_close(ctx);
+  if (ctx->model_open) {
+    if (ctx->sink_key) mep__m5_dereg(&ctx->model, ctx->sink_key);
+    mep__m5_close(&ctx->model);
+  }
+  free(ctx->sink);
+  free(ctx->peers);
+  free(ctx->cq);
+  pthread_mutex_destroy(&ctx->mu);
+  pthread_mutex_destroy(&ctx->cq_mu);
+  free(ctx);
+  return 0;
+}
+
+/* The model's start: its thread, the FETCH_AND_ADD sink, the bootstrap
+ * listener, the address blob. */
+static int open_model(ibgda_ctx_t *ctx) {
+  ibgda_addr_t a = {.backend = IBGDA_BACKEND_MODEL,
+                    .pid = (uint32_t)getpid()};
+  if (mep__ibgda_host_ids(a.boot_id, &a.pidns))
+    return IBGDA_ERR(ctx, MEP_ERR_UNAVAILABLE, "ibgda: model: this host's "
+                     "boot id or PID namespace is unreadable (/proc)");
+  /* Peers write into this process with process_vm_writev; under Yama's
+   * ptrace_scope 1 only a declared tracer may (no-op without Yama). */
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  int rc = mep__m5_open(&ctx->model, ctx->env, ctx->rank);
+  if (rc) return rc;
+  ctx->model_open = 1;
+  ctx->sink = aligned_alloc(64, 64);
+  if (!ctx->sink) return MEP_ERR_NOMEM;
+  memset(ctx->sink, 0, 64);
+  rc = mep__m5_reg(&ctx->model, ctx->sink, 8, &ctx->sink_key);
+  if (rc) return rc;
+  mep__rdma_boot_t *b = &ctx->boot;
+  b->env = ctx->env;
+  b->name = "ibgda";
+  b->timeout_ms = ctx->timeout_ms;
+  b->inc = ctx->inc;
+  mep__rdma_boot_opts_t o = {.ifname = ctx->cfg.boot_ifname,
+                             .port_lo = ctx->cfg.port_lo,
+                             .port_hi = ctx->cfg.port_hi};
+  rc = mep__rdma_boot_open(b, &o);
+  if (rc) return rc;
+  a.keys = (uint64_t)(uintptr_t)ctx->model.keys;
+  mep__rdma_boot_self(b, &a.boot);
+  mep__ibgda_addr_encode(ctx->addr, &a);
+  ctx->addr_len = MEP_IBGDA_ADDR_LEN;
+  return 0;
+}
+
+static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
+  if (!out || !env_ok(env)) return MEP_ERR_INVALID;
+  if (env->rank < 0 || env->size <= 0 || env->rank >= env->size) {
+    env->set_error("ibgda: init: rank %d in a group of %d", env->rank,
+                   env->size);
+    return MEP_ERR_INVALID;
+  }
+  if (env->secret_len > MEP_RDMA_MAX_SECRET ||
+      (env->secret_len && !env->secret)) {
+    env->set_error("ibgda: init: a job secret of %zu bytes (at most %d, "
+                   "and not NULL)", env->secret_len, MEP_RDMA_MAX_SECRET);
+    return MEP_ERR_INVALID;
+  }
+  ibgda_cfg_t cfg;
+  int rc = mep__ibgda_cfg_read(env, &cfg);
+  if (rc) return rc;
+  /* auto is device: the model is for tests and never chosen silently */
+  if (cfg.backend != IBGDA_BACKEND_MODEL)
+    return mep__ibgda_probe_device(env, &cfg);
+  ibgda_ctx_t *ctx = calloc(1, sizeof *ctx);
+  if (!ctx) {
+    env->set_error("ibgda: init: out of memory");
+    return MEP_ERR_NOMEM;
+  }
+  ctx->env = env;
+  ctx->cfg = cfg;
+  ctx->rank = env->rank;
+  ctx->size = env->size;
+  ctx->timeout_ms = env->timeout_ms > 0 ? env->timeout_ms
+                                        : IBGDA_DEFAULT_TIMEOUT_MS;
+  ctx->inc = new_incarnation(ctx);
+  pthread_mutex_init(&ctx->mu, NULL);
+  pthread_mutex_init(&ctx->cq_mu, NULL);
+  ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers);
+  rc = ctx->peers ? open_model(ctx) : MEP_ERR_NOMEM;
+  if (rc) {
+    if (rc == MEP_ERR_NOMEM)
+      env->set_error("ibgda: init: out of memory for %d peers", env->size);
+    ibgda_fini(ctx);
+    return rc;
+  }
+  IBGDA_LOG(ctx, MEP_LOG_INFO, "ibgda: rank %d: backend = model: the "
+            "software model of an mlx5 NIC serves the queues (no ConnectX "
+            "in use)", ctx->rank);
+  *out = ctx;
+  return 0;
+}
+
+static int ibgda_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx || !props) return MEP_ERR_INVALID;
+  /* the model's own cost (docs/ibgda.md), not a NIC's */
+  mep_tp_props_t full = {
+      .struct_size = props->struct_size,
+      .mem_kinds = MEP_TP_MEM_HOST,
+      .dev_kind = MEP_DEV_MLX5,
+      .atomics = 0, /* the model's FETCH_AND_ADD is not atomic (model.h) */
+      .max_message = 0,
+      .latency_us = 20.0,
+      .bandwidth_gbps = 2.0,
+      .event_fd = -1,
+  };
+  size_t n = props->struct_size < sizeof full ? props->struct_size
+                                              : sizeof full;
+  memcpy(props, &full, n);
+  return 0;
+}
+
+static int ibgda_address(mep_tp_ctx_t *ctxp, void *buf, size_t *len) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx || !buf || !len) return MEP_ERR_INVALID;
+  if (*len < ctx->addr_len)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: address: the buffer has "
+                     "%zu bytes, the address needs %zu", *len, ctx->addr_len);
+  memcpy(buf, ctx->addr, ctx->addr_len);
+  *len = ctx->addr_len;
+  return 0;
+}
+
+/* The model reaches processes of this kernel and PID namespace: the same
+ * answer from both sides, as both compare the same two fields. */
+static int ibgda_reachable(mep_tp_ctx_t *ctxp, int peer, const void *blob,
+                           size_t len, char *why, size_t why_len) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx) return MEP_ERR_INVALID;
+  if (peer < 0 || peer >= ctx->size)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: reachable: rank %d in a "
+                     "group of %d", peer, ctx->size);
+  ibgda_addr_t me, them;
+  if (mep__ibgda_addr_decode(blob, len, &them, why, why_len)) return 0;
+  mep__ibgda_addr_decode(ctx->addr, ctx->addr_len, &me, NULL, 0);
+  if (memcmp(me.boot_id, them.boot_id, 16) || me.pidns != them.pidns) {
+    mep__rdma_why(why, why_len, 0, "other host: the software model of the "
+                  "NIC reaches processes of its own host only");
+    return 0;
+  }
+  return 1;
+}
+
+__attribute__((visibility("default"))) const mep_transport_t
+    mep_transport_plugin_v1 = {
+        .abi_major = MEP_TRANSPORT_ABI_MAJOR,
+        .abi_minor = MEP_TRANSPORT_ABI_MINOR,
+        .struct_size = sizeof(mep_transport_t),
+        .name = "ibgda",
+        .version = "0.1 (mlx5 queues verified against a software model of "
+                   "the NIC and mlx5dv.h; not run on a ConnectX NIC)",
+        .init = ibgda_init,
+        .props = ibgda_props,
+        .address = ibgda_address,
+        .reachable = ibgda_reachable,
+        .connect = mep__ibgda_connect,
+        .reg = mep__ibgda_reg,
+        .dereg = mep__ibgda_dereg,
+        .import = mep__ibgda_import,
+        .unimport = mep__ibgda_unimport,
+        .write = mep__ibgda_write,
+        .signal = mep__ibgda_signal,
+        .poll = mep__ibgda_poll,
+        .device_descriptor = mep__ibgda_device_descriptor,
+        .close = mep__ibgda_close,
+        .fini = ibgda_fini,
+        .config_keys = mep__ibgda_keys,
+        .config_nkeys = MEP_IBGDA_NKEYS,
+        .device_region = mep__ibgda_device_region,
+};

@@ -1,0 +1,160 @@
+/* region.c - registrations (keys of the model's table), imported peer
+ * regions, and the MEP_DEV_MLX5 descriptor parts kernels take. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ibgda.h"
+
+int mep__ibgda_reg(mep_tp_ctx_t *ctxp, void *ptr, size_t len,
+                   mep_memkind_t kind, mep_tp_mr_t **out, void *rkey,
+                   size_t *rkey_len) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx || !out || !rkey || !rkey_len || (!ptr && len))
+    return MEP_ERR_INVALID;
+  if (kind != MEP_MEM_HOST)
+    return IBGDA_ERR(ctx, MEP_ERR_UNSUPPORTED, "ibgda: rank %d: the "
+                     "software model registers host memory only", ctx->rank);
+  if (*rkey_len < MEP_IBGDA_RKEY_LEN)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: remote key needs %d "
+                     "bytes, %zu given", MEP_IBGDA_RKEY_LEN, *rkey_len);
+  ibgda_mr_t *mr = calloc(1, sizeof *mr);
+  if (!mr) return MEP_ERR_NOMEM;
+  mr->ctx = ctx;
+  mr->base = ptr;
+  mr->len = len;
+  int rc = mep__m5_reg(&ctx->model, ptr, len, &mr->key);
+  if (rc) {
+    free(mr);
+    return rc;
+  }
+  ibgda_rkey_t k = {(uint32_t)ctx->rank, mr->key,
+                    (uint64_t)(uintptr_t)ptr, len};
+  mep__ibgda_rkey_encode(rkey, &k);
+  *rkey_len = MEP_IBGDA_RKEY_LEN;
+  *out = mr;
+  return 0;
+}
+
+int mep__ibgda_dereg(mep_tp_ctx_t *ctxp, mep_tp_mr_t *mrp) {
+  ibgda_ctx_t *ctx = ctxp;
+  ibgda_mr_t *mr = mrp;
+  if (!ctx || !mr) return MEP_ERR_INVALID;
+  mep__m5_dereg(&ctx->model, mr->key);
+  free(mr);
+  return 0;
+}
+
+int mep__ibgda_import(mep_tp_ep_t *epp, const void *blob, size_t len,
+                      mep_tp_rmr_t **out) {
+  ibgda_ep_t *ep = epp;
+  if (!ep || !out) return MEP_ERR_INVALID;
+  ibgda_ctx_t *ctx = ep->ctx;
+  ibgda_rkey_t k;
+  char why[160];
+  if (mep__ibgda_rkey_decode(blob, len, &k, why, sizeof why))
+    return IBGDA_ERR(ctx, MEP_ERR_PROTOCOL, "ibgda: rank %d: import from "
+                     "rank %d: %s", ctx->rank, ep->rank, why);
+  if ((int)k.rank != ep->rank)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: rank %d: a remote key of "
+                     "rank %u imported through the connection to rank %d",
+                     ctx->rank, k.rank, ep->rank);
+  ibgda_rmr_t *r = calloc(1, sizeof *r);
+  if (!r) return MEP_ERR_NOMEM;
+  r->ep = ep;
+  r->addr = k.addr;
+  r->len = k.len;
+  r->rkey = k.rkey;
+  *out = r;
+  return 0;
+}
+
+int mep__ibgda_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr) {
+  (void)ep;
+  free(rmr);
+  return 0;
+}
+
+static int put(const void *part, size_t n, void *desc, size_t *len) {
+  if (*len < n) return MEP_ERR_INVALID;
+  memcpy(desc, part, n);
+  *len = n;
+  return 0;
+}
+
+/* The queue pair as kernels take it: the model's queues live in host
+ * memory, which kernels reach where it was mapped for the GPU at connect
+ * (gpu.c); elsewhere MEP_ERR_UNREACHABLE with the reason. */
+int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
+                                 size_t *len) {
+  ibgda_ctx_t *ctx = ctxp;
+  if (!ctx || !desc || !len) return MEP_ERR_INVALID;
+  if (peer < 0 || peer >= ctx->size)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: rank "
+                     "%d in a group of %d", peer, ctx->size);
+  pthread_mutex_lock(&ctx->mu);
+  ibgda_ep_t *ep = ctx->peers[peer];
+  mep_dev_mlx5_peer_t part;
+  int open = ep && !ep->retired && ep->qp, mapped = 0;
+  char why[200] = "";
+  if (open) {
+    pthread_mutex_lock(&ep->mu);
+    m5_qp_t *q = ep->qp;
+    mapped = ep->dev_mem != 0;
+    snprintf(why, sizeof why, "%s", ep->unmapped);
+    /* where kernels reach each object: the block's mapped address plus
+     * its offset; the sink is named to the model, by its host address */
+    uint64_t d = ep->dev_mem, h = (uint64_t)(uintptr_t)q->mem;
+#define DEV(p) (d + ((uint64_t)(uintptr_t)(p) - h))
+    part = (mep_dev_mlx5_peer_t){
+        .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
+        .qpn = q->qpn,
+        .sq_bbs = q->sq_bbs,
+        .sq = DEV(q->sq),
+        .dbrec = DEV(q->dbrec),
+        .db = DEV(q->db),
+        .pi = DEV(&ep->ctr[0]),
+        .ready = DEV(&ep->ctr[1]),
+        .ci = DEV(&ep->ctr[2]),
+        .cq = DEV(q->cq),
+        .cq_n = q->cq_n,
+        .sink_lkey = ctx->sink_key,
+        .cq_dbrec = DEV(q->cq_dbrec),
+        .cq_ci = DEV(&ep->ctr[3]),
+        .cq_lock = DEV(&ep->ctr[4]),
+        .sink = (uint64_t)(uintptr_t)ctx->sink,
+        .flags = MEP_DEV_MLX5_MODEL,
+    };
+#undef DEV
+    pthread_mutex_unlock(&ep->mu);
+  }
+  pthread_mutex_unlock(&ctx->mu);
+  if (!open)
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: rank "
+                     "%d is not connected", peer);
+  if (!mapped)
+    return IBGDA_ERR(ctx, MEP_ERR_UNREACHABLE, "ibgda: kernels cannot reach "
+                     "the queue pair to rank %d: the model's queues are host "
+                     "memory not mapped for a GPU (%s)", peer, why);
+  if (put(&part, sizeof part, desc, len))
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: %zu "
+                     "bytes of room, %zu needed", *len, sizeof part);
+  return 0;
+}
+
+int mep__ibgda_device_region(mep_tp_ep_t *epp, mep_tp_rmr_t *rmrp, void *desc,
+                             size_t *len) {
+  ibgda_ep_t *ep = epp;
+  ibgda_rmr_t *r = rmrp;
+  if (!ep || !r || !desc || !len) return MEP_ERR_INVALID;
+  mep_dev_mlx5_region_t part = {
+      .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
+      .raddr = r->addr,
+      .len = r->len,
+      .rkey = r->rkey,
+  };
+  if (put(&part, sizeof part, desc, len))
+    return IBGDA_ERR(ep->ctx, MEP_ERR_INVALID, "ibgda: device region: %zu "
+                     "bytes of room, %zu needed", *len, sizeof part);
+  return 0;
+}
