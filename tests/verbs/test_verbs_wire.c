@@ -387,13 +387,15 @@ static void test_rkey(void) {
     mep__verbs_rkey_t k = {.rank = (uint32_t)rnd(), .rkey = (uint32_t)rnd(),
                            .kind = (uint32_t)below(2), .addr = rnd() >> 1,
                            .len = rnd() >> 2},
-                      back;
+                      back = {0};
     uint8_t b[MEP_VERBS_RKEY_LEN];
     mep__verbs_rkey_encode(b, &k);
-    char why[160];
+    char why[160] = "";
+    /* field by field: the struct's padding is not part of the key */
     CHECK(mep__verbs_rkey_decode(b, sizeof b, &back, why, sizeof why) == 0 &&
-              memcmp(&k, &back, sizeof k) == 0,
-          "rkey round trip: %s", why);
+              k.rank == back.rank && k.rkey == back.rkey &&
+              k.kind == back.kind && k.addr == back.addr && k.len == back.len,
+          "rkey round trip: %s", why[0] ? why : "a field differs");
     CHECK(mep__verbs_rkey_decode(b, sizeof b - 1, &back, why, sizeof why) ==
               MEP_ERR_PROTOCOL,
           "a short rkey accepted");
