@@ -8,7 +8,8 @@
 # the EP frontend's tests and benchmarks; --probe: the CUDA collectives'
 # timing probe; a lent machine runs 10 minutes a call)
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
-# none. Logs and tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
+# none, rdma-core from .carry/rdma (scripts/carry-rdma.sh). Logs and
+# tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
 # test and "N passed, N failed" at the end; exits 1 on any failure.
 # SKIP="name ..." leaves tests out; BENCH_ARGS go to scripts/bench-cuda.py.
 set -uo pipefail
@@ -17,7 +18,7 @@ phases=
 for a in "$@"; do
   case $a in
   --tests | --python | --ep | --probe) phases="$phases ${a#--}" ;;
-  -h | --help) sed -n '2,13p' "$0" | cut -c3-; exit 0 ;;
+  -h | --help) sed -n '2,14p' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -30,6 +31,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 if ! pkg-config --exists inih 2>/dev/null; then
   export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
   export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+# rdma-core (verbs, and ibgda's model backend) from .carry/rdma
+# (scripts/carry-rdma.sh) where the system has none.
+rdma=$PWD/.carry/rdma/root
+if ! pkg-config --exists libibverbs 2>/dev/null && [ -d "$rdma" ]; then
+  ma=$(ls "$rdma/usr/lib" | grep -m1 -- -linux-gnu)
+  export PKG_CONFIG_PATH=$rdma/usr/lib/$ma/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export CPATH=$rdma/usr/include${CPATH:+:$CPATH}
+  export LIBRARY_PATH=$rdma/usr/lib/$ma${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$rdma/usr/lib/$ma${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 b=build-gpu
 if [ ! -f "$b/build.ninja" ]; then
