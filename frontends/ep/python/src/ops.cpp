@@ -86,11 +86,11 @@ py::tuple dispatch(uintptr_t buf, const at::Tensor &x, const at::Tensor &topk_id
 
 // One phase (or both) of a combine into `out`; x_ptr is x's data or, for a
 // zero-copy combine, the buffer's combine area.
-int combine(uintptr_t buf, uintptr_t x_ptr, const at::Tensor &topk_idx,
-            const at::Tensor &topk_weights, const at::Tensor &src_info,
-            const at::Tensor &layout_range, const at::Tensor &out,
-            int64_t flags, const c10::optional<at::Tensor> &active,
-            int64_t timeout_us) {
+int combine_into(uintptr_t buf, uintptr_t x_ptr, const at::Tensor &topk_idx,
+                 const at::Tensor &topk_weights, const at::Tensor &src_info,
+                 const at::Tensor &layout_range, const at::Tensor &out,
+                 int64_t flags, const c10::optional<at::Tensor> &active,
+                 int64_t timeout_us) {
   mep_ep_combine_args_t a = {};
   a.struct_size = sizeof a;
   a.x = reinterpret_cast<const void *>(x_ptr);
@@ -108,6 +108,18 @@ int combine(uintptr_t buf, uintptr_t x_ptr, const at::Tensor &topk_idx,
   return mep_ep_combine(buffer(buf), &a);
 }
 
+// A combine into a new bf16 [tokens, hidden] tensor: (rc, out).
+py::tuple combine(uintptr_t buf, uintptr_t x_ptr, const at::Tensor &topk_idx,
+                  const at::Tensor &topk_weights, const at::Tensor &src_info,
+                  const at::Tensor &layout_range, int64_t hidden, int64_t flags,
+                  const c10::optional<at::Tensor> &active, int64_t timeout_us) {
+  at::Tensor out = at::empty({topk_idx.size(0), hidden},
+                             topk_idx.options().dtype(at::kBFloat16));
+  int rc = combine_into(buf, x_ptr, topk_idx, topk_weights, src_info,
+                        layout_range, out, flags, active, timeout_us);
+  return py::make_tuple(rc, out);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_ops, m) {
@@ -116,5 +128,6 @@ PYBIND11_MODULE(_ops, m) {
         py::arg("local"), py::arg("ranks"), py::arg("tokens"), py::arg("flags"),
         py::arg("active"), py::arg("timeout_us"));
   m.def("dispatch_phase", &dispatch_phase);
+  m.def("combine_into", &combine_into);
   m.def("combine", &combine);
 }

@@ -1039,9 +1039,7 @@ class Buffer:
         if n > tokens:
             raise ValueError(f"topk_idx has {n} tokens, more than "
                              f"num_max_dispatch_tokens_per_rank ({tokens})")
-        if out is None:
-            out = torch.empty((n, hidden), dtype=torch.bfloat16, device=device)
-        else:
+        if out is not None:
             _check(out, "out", torch.bfloat16, (n, hidden), device)
         act_ptr, act = self._active_arg(active_ranks, device)
         call_timeout = self._call_timeout(timeout_us)
@@ -1052,14 +1050,21 @@ class Buffer:
         what = f"low_latency_combine of {n} tokens (rank {self.rank} of {size})"
         ops = _ops_lookup()[0]
         if ops is not None:
-            def call(f):
-                return ops.combine(buf.value, xptr, topk_idx, topk_weights, src_info,
-                                   layout_range, out, f, act, call_timeout)
-            _c.check(call(first), what)
+            if out is None:
+                rc, out = ops.combine(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                      layout_range, hidden, first, act, call_timeout)
+            else:
+                rc = ops.combine_into(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                      layout_range, out, first, act, call_timeout)
+            _c.check(rc, what)
 
             def phase():
-                return call(flags | _c.RECV)
+                return ops.combine_into(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                        layout_range, out, flags | _c.RECV, act,
+                                        call_timeout)
         else:
+            if out is None:
+                out = torch.empty((n, hidden), dtype=torch.bfloat16, device=device)
             args = _c.CombineArgs(
                 struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr,
                 topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
