@@ -69,7 +69,8 @@ fi
 run_vm() {
   echo "=== tests: verbs over RDMA (tests/verbs/run-vm.sh)"
   local log=build/verbs-vm.log rc p f
-  tests/verbs/run-vm.sh build 2>&1 | tee "$log"
+  # the VM's console ends its lines with CR LF: the CRs go
+  tests/verbs/run-vm.sh build 2>&1 | tr -d '\r' | tee "$log"
   rc=${PIPESTATUS[0]}
   skipped=$((skipped + $(grep -c '^SKIP ' "$log")))
   if read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$log" | tail -1) &&
