@@ -32,7 +32,7 @@ libmep-ep are loaded with ctypes at the first use of a Buffer (_c.py).
 
 The calls themselves go through mep.ep._ops, a C++ extension built with
 the c10d backend's torch (outputs from torch's allocator, libmep-ep called
-directly: docs/ep.md, "What an eager call costs"), wherever it was built
+directly: docs/perf.md, "Eager calls from Python"), wherever it was built
 against the running torch; elsewhere, and with MEP_EP_OPS=0, through
 ctypes. ops_problem() says which, and why.
 """
