@@ -24,32 +24,28 @@ exactly). Uses a gloo group for the setup, as a user's program would.
 """
 import argparse
 import cProfile
+import importlib.util
 import io
 import json
 import os
 import pstats
-import statistics
 import sys
 import tempfile
 import time
 
 
-def timed_events(fn, warmup, iters):
-    """Median microseconds of fn between CUDA events around each call."""
-    import torch
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
+def _bench_cuda():
+    """scripts/bench-cuda.py (time_op: CUDA events around each call),
+    loaded by path: its name is not a module name."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("bench_cuda",
+                                                  os.path.join(here, "bench-cuda.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+timed_events = _bench_cuda().time_op
 
 
 def timed_host(fn, iters):
