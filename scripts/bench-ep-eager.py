@@ -34,18 +34,18 @@ import tempfile
 import time
 
 
-def _bench_cuda():
-    """scripts/bench-cuda.py (time_op: CUDA events around each call),
+def _bench_ep():
+    """scripts/bench-ep.py (graph_of, and bench-cuda.py's time_op as bc),
     loaded by path: its name is not a module name."""
     here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location("bench_cuda",
-                                                  os.path.join(here, "bench-cuda.py"))
+    spec = importlib.util.spec_from_file_location("bench_ep", os.path.join(here, "bench-ep.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-timed_events = _bench_cuda().time_op
+_be = _bench_ep()
+timed_events = _be.bc.time_op  # CUDA events around each call, median us
 
 
 def timed_host(fn, iters):
@@ -61,20 +61,8 @@ def timed_host(fn, iters):
 
 
 def timed_graph(fn, calls, iters):
-    import torch
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
-        for _ in range(calls):
-            fn()
-    torch.cuda.synchronize()
-    return timed_events(g.replay, 5, iters) / calls
+    """Microseconds per call of a CUDA graph of `calls` calls, replayed."""
+    return timed_events(_be.graph_of(fn, calls).replay, 5, iters) / calls
 
 
 def profile(fn, calls=200, top=18):
