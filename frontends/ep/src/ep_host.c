@@ -70,23 +70,3 @@ void mep__ep_host_destroy(mep_ep_buffer_t *b) {
 void *mep__ep_host_combine_buffer(mep_ep_buffer_t *b) {
   return (char *)b->host->mem + b->lay.comb_stage;
 }
-
-int mep__ep_host_flush(mep_ep_buffer_t *b, const mep__ep_call_t *c,
-                       const char *fn) {
-  int64_t ms = c->timeout_us / 1000 + 1;
-  int rc = mep_flush(b->comm, ms > INT32_MAX ? INT32_MAX : (int)ms);
-  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
-      rc == MEP_ERR_EXCLUDED || rc == 0)
-    return 0;
-  return mep_set_error(rc, 1, "%s: waiting for earlier sends to leave the "
-                       "staging area", fn);
-}
-
-int mep__ep_host_peer_error(const mep__ep_call_t *c, int dst, int rc) {
-  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
-      rc == MEP_ERR_EXCLUDED || rc == MEP_ERR_UNREACHABLE) {
-    c->active[dst] = 0;
-    return 0;
-  }
-  return rc;
-}

@@ -19,13 +19,4 @@ struct mep__ep_host {
   uint32_t *counts;      /* [experts]: tokens sent to each, this call */
 };
 
-/* Waits until every put so far has left the stages. A peer's failure is
- * not this call's: it shows in the active ranks. */
-int mep__ep_host_flush(mep_ep_buffer_t *b, const mep__ep_call_t *c,
-                       const char *fn);
-
-/* A put or signal to dst failed with rc: a peer that died or left is
- * cleared in active (returns 0); anything else is the call's error. */
-int mep__ep_host_peer_error(const mep__ep_call_t *c, int dst, int rc);
-
 #endif /* MEP_EP_HOST_H */

@@ -50,7 +50,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   int copy = x != (const char *)mep__ep_host_combine_buffer(b);
   int rc = check_ranges(b, a);
   if (rc) return rc;
-  if ((rc = mep__ep_host_flush(b, c, FN))) return rc;
+  if ((rc = mep__ep_flush(b->comm, c->timeout_us, FN))) return rc;
   for (int el = 0; el < L; el++)
     for (int src = 0; src < R; src++) {
       int64_t lr = a->layout_range[(size_t)el * R + src];
@@ -65,7 +65,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
         rc = mep_put(b->comm, src, h->region, stage, h->region,
                      mep__ep_comb_row(&b->lay, half, b->rank * L + el, t),
                      row_bytes);
-        if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
+        if (rc && (rc = mep__ep_peer_error(c->active, src, rc)))
           return mep_set_error(rc, 1, "%s: sending expert %d's row for token "
                                "%d to rank %d", FN, b->rank * L + el, t, src);
       }
@@ -75,11 +75,11 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
       rc = mep_signal(b->comm, src, h->region,
                       mep__ep_comb_flag(&b->lay, half, b->rank * L + el),
                       mep__ep_word(seq, MEP_EP_COMB_PUSHED), MEP_SIGNAL_SET);
-      if (rc && (rc = mep__ep_host_peer_error(c, src, rc)))
+      if (rc && (rc = mep__ep_peer_error(c->active, src, rc)))
         return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
     }
   /* the caller may rewrite the zero-copy buffer once this returns */
-  return mep__ep_host_flush(b, c, FN);
+  return mep__ep_flush(b->comm, c->timeout_us, FN);
 }
 
 static int wait_flags(mep_ep_buffer_t *b, const mep__ep_call_t *c,

@@ -72,7 +72,7 @@ static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
     int rc = mep_put(b->comm, dst, h->region,
                      mep__ep_disp_stage(&b->lay, t, 0), h->region,
                      mep__ep_disp_token(&b->lay, half, b->rank, t), len);
-    if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+    if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
       return mep_set_error(rc, 1, "%s: sending token %d to rank %d", FN, t,
                            dst);
   }
@@ -95,7 +95,7 @@ static int send_index(mep_ep_buffer_t *b, const mep__ep_call_t *c,
                        h->region,
                        mep__ep_disp_index(&b->lay, half, el, b->rank, 0),
                        (size_t)n * 4);
-      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+      if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
         return mep_set_error(rc, 1, "%s: sending the index of expert %d to "
                              "rank %d", FN, dst * L + el, dst);
     }
@@ -107,7 +107,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   struct mep__ep_host *h = b->host;
   int L = b->lay.local, E = b->cfg.num_experts;
   int half = (int)(seq & 1);
-  int rc = mep__ep_host_flush(b, c, FN);
+  int rc = mep__ep_flush(b->comm, c->timeout_us, FN);
   if (rc) return rc;
   memset(h->counts, 0, sizeof *h->counts * (size_t)E);
   for (int t = 0; t < a->num_tokens; t++)
@@ -119,7 +119,7 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       mep__ep_disp_count(&b->lay, half, el, b->rank),
                       mep__ep_word(seq, h->counts[dst * L + el]),
                       MEP_SIGNAL_SET);
-      if (rc && (rc = mep__ep_host_peer_error(c, dst, rc)))
+      if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
         return mep_set_error(rc, 1, "%s: signalling expert %d of rank %d",
                              FN, dst * L + el, dst);
     }

@@ -311,28 +311,6 @@ int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *a) {
 
 /* ------------------------------------------------------------ helpers */
 
-/* A put or signal to dst failed with rc: a peer gone is cleared (0);
- * anything else is the call's error. */
-static int peer_error(int32_t *active, int dst, int rc) {
-  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
-      rc == MEP_ERR_EXCLUDED || rc == MEP_ERR_UNREACHABLE) {
-    active[dst] = 0;
-    return 0;
-  }
-  return rc;
-}
-
-static int flush_stage(mep_ep_normal_t *b, int64_t timeout_us,
-                       const char *fn) {
-  int64_t ms = timeout_us / 1000 + 1;
-  int rc = mep_flush(b->comm, ms > INT32_MAX ? INT32_MAX : (int)ms);
-  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
-      rc == MEP_ERR_EXCLUDED || rc == 0)
-    return 0;
-  return mep_set_error(rc, 1, "%s: waiting for earlier sends to leave the "
-                       "staging area", fn);
-}
-
 /* Waits for source s's word at off to reach seq; 1: arrived (*n its
  * count), 0: timed out (s cleared), < 0 an error. */
 static int wait_word(mep_ep_normal_t *b, int32_t *active, uint64_t off,
@@ -477,7 +455,7 @@ int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
   int32_t *act = call_active(b, a->active_ranks);
   int64_t tmo = call_timeout(b, a->timeout_us);
   b->notified = 0; /* a failed notify leaves no counts behind */
-  int rc = flush_stage(b, tmo, fn);
+  int rc = mep__ep_flush(b->comm, tmo, fn);
   if (rc) return rc;
 
   /* this rank's status: is_token_in_rank agrees with num_tokens_per_rank */
@@ -517,7 +495,7 @@ int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
       rc = mep_signal(b->comm, dst, b->region,
                       b->lay.nsig + ((uint64_t)half * R + me) * 8,
                       mep__ep_word(seq, 1), MEP_SIGNAL_SET);
-    if (rc && (rc = peer_error(act, dst, rc)))
+    if (rc && (rc = mep__ep_peer_error(act, dst, rc)))
       return mep_set_error(rc, 1, "%s: sending the counts to rank %d", fn,
                            dst);
   }
@@ -736,7 +714,7 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
 
   int32_t *act = call_active(b, a->active_ranks);
   int64_t tmo = call_timeout(b, a->timeout_us);
-  if ((rc = flush_stage(b, tmo, fn))) return rc;
+  if ((rc = mep__ep_flush(b->comm, tmo, fn))) return rc;
   uint64_t seq = ++b->dseq;
   int half = (int)(seq & 1);
   char *mem = b->mem;
@@ -777,7 +755,7 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
     rc = mep_put(b->comm, r, b->region, b->lay.dstage + (uint64_t)r * P,
                  b->region, b->lay.drecv + ((uint64_t)half * R + me) * P,
                  (size_t)(n * dmsg));
-    if (rc && (rc = peer_error(act, r, rc)))
+    if (rc && (rc = mep__ep_peer_error(act, r, rc)))
       return mep_set_error(rc, 1, "%s: sending %llu tokens to rank %d", fn,
                            (unsigned long long)n, r);
   }
@@ -787,7 +765,7 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
                     b->lay.dsig + ((uint64_t)half * R + me) * 8,
                     mep__ep_word(seq, (uint32_t)counts[me * R + r]),
                     MEP_SIGNAL_SET);
-    if (rc && (rc = peer_error(act, r, rc)))
+    if (rc && (rc = mep__ep_peer_error(act, r, rc)))
       return mep_set_error(rc, 1, "%s: signalling rank %d", fn, r);
   }
 
@@ -893,7 +871,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
 
   int32_t *act = call_active(b, a->active_ranks);
   int64_t tmo = call_timeout(b, a->timeout_us);
-  if ((rc = flush_stage(b, tmo, fn))) return rc;
+  if ((rc = mep__ep_flush(b->comm, tmo, fn))) return rc;
   uint64_t seq = ++b->cseq;
   int half = (int)(seq & 1);
   char *mem = b->mem;
@@ -920,7 +898,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
         rc = mep_signal(b->comm, s, b->region,
                         b->lay.csig + ((uint64_t)half * R + me) * 8,
                         mep__ep_word(seq, n), MEP_SIGNAL_SET);
-      if (rc && (rc = peer_error(act, s, rc)))
+      if (rc && (rc = mep__ep_peer_error(act, s, rc)))
         return mep_set_error(rc, 1, "%s: sending rank %d its rows", fn, s);
     }
     j += n;

@@ -31,3 +31,22 @@ int mep__ep_left_ms(uint64_t deadline_us) {
   uint64_t ms = (deadline_us - now + 999) / 1000;
   return ms > INT32_MAX ? INT32_MAX : (int)ms;
 }
+
+int mep__ep_flush(mep_comm_t *comm, int64_t timeout_us, const char *fn) {
+  int64_t ms = timeout_us / 1000 + 1;
+  int rc = mep_flush(comm, ms > INT32_MAX ? INT32_MAX : (int)ms);
+  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
+      rc == MEP_ERR_EXCLUDED || rc == 0)
+    return 0;
+  return mep_set_error(rc, 1, "%s: waiting for earlier sends to leave the "
+                       "staging area", fn);
+}
+
+int mep__ep_peer_error(int32_t *active, int dst, int rc) {
+  if (rc == MEP_ERR_PEER_FAILED || rc == MEP_ERR_CLOSED ||
+      rc == MEP_ERR_EXCLUDED || rc == MEP_ERR_UNREACHABLE) {
+    active[dst] = 0;
+    return 0;
+  }
+  return rc;
+}

@@ -267,7 +267,7 @@ static void test_post_order(mep_comm_t *comm, int any_first, int tag) {
 }
 
 static void test_args(mep_comm_t *comm) {
-  char b[4];
+  char b[4] = {1, 2, 3, 4}; /* sent to itself: any bytes, but defined ones */
   mep_req_t *r = NULL;
   CHECK_RC(mep_send(comm, b, 4, MEP_ANY_SOURCE, 0, &r), MEP_ERR_INVALID);
   CHECK_MSG("peer -1");
