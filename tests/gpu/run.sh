@@ -2,11 +2,11 @@
 # Builds mep with CUDA on a GPU machine and runs every GPU test, then the
 # CUDA benchmark against NCCL when two GPUs are present. One script, so a
 # lent machine does it all in one go:
-#   tests/gpu/run.sh [--tests] [--python] [--ep] [--probe]
-# (none: all but --probe; --tests: build and the C tests; --python: the
-# PyTorch backend's test and the benchmark; --ep: the device window's and
-# the EP frontend's tests and benchmarks; --probe: the CUDA collectives'
-# timing probe; a lent machine runs 10 minutes a call)
+#   tests/gpu/run.sh [--build] [--tests] [--python] [--ep] [--probe]
+# (none: all but --probe; --build: only the build; --tests: the C tests;
+# --python: the PyTorch backend's test and the benchmark; --ep: the device
+# window's and the EP frontend's tests and benchmarks; --probe: the CUDA
+# collectives' timing probe; a lent machine runs 10 minutes a call)
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
 # none, rdma-core from .carry/rdma (scripts/carry-rdma.sh). Logs and
 # tables go to ${OUT:-/tmp/mep-gpu}. Prints one line per
@@ -17,8 +17,8 @@ cd "$(dirname "$0")/../.."
 phases=
 for a in "$@"; do
   case $a in
-  --tests | --python | --ep | --probe) phases="$phases ${a#--}" ;;
-  -h | --help) sed -n '2,14p' "$0" | cut -c3-; exit 0 ;;
+  --build | --tests | --python | --ep | --probe) phases="$phases ${a#--}" ;;
+  -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done

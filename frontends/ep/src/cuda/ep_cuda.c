@@ -1,6 +1,6 @@
 /* ep_cuda.c - the CUDA path of ep.h, host side: the buffer's device window
- * and state, and the launches of each call (kernels in ep_dispatch.cu and
- * ep_combine.cu, shared definitions in ep_cuda.h).
+ * and state, and the launches of each call (kernels in ep_dispatch_*.cu,
+ * ep_combine_*.cu and ep_reduce_*.cu, shared definitions in ep_cuda.h).
  *
  * A call only fills kernel arguments and queues kernels on its stream: no
  * host synchronisation, no allocation, no memset, no read of device state,
@@ -293,7 +293,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   k.send_threads = row_threads(k.fp8 ? l->hidden / 16 : l->hidden / 8);
   k.send_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
   /* receive: enough blocks per expert to fill the GPU twice, not more
-   * than one warp per (message, chunk) would use (ep_dispatch.cu) */
+   * than one warp per (message, chunk) would use (ep_dispatch_recv.cu) */
   int warps = EP_WARP_KERNEL_THREADS / 32;
   int64_t rows = (int64_t)l->ranks * l->tokens;
   int split = (2 * cu->sms + l->local - 1) / l->local;
@@ -301,7 +301,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   int64_t chunks = (units + MEP__EP_CHUNK_UNITS - 1) / MEP__EP_CHUNK_UNITS;
   int64_t need = (rows * chunks + warps - 1) / warps;
   if (split > need) split = (int)need;
-  /* one wave (see disp_recv) */
+  /* one wave (see ep_dispatch_recv.cu) */
   if (cu->dr_resident > 0 && (int64_t)split * l->local > cu->dr_resident)
     split = cu->dr_resident / l->local;
   k.recv_split = clampi(split, 1, EP_MAX_SPLIT);
@@ -365,7 +365,7 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   k.num_topk = a->num_topk;
   /* send: enough blocks per (expert, source) pair to fill the GPU twice,
    * not more than one warp per (row, chunk) of a full pair would use
-   * (chunks of MEP__EP_CHUNK_UNITS 16-byte units: ep_combine.cu) */
+   * (chunks of MEP__EP_CHUNK_UNITS 16-byte units: ep_combine_send.cu) */
   int warps = EP_WARP_KERNEL_THREADS / 32;
   int64_t pairs = (int64_t)l->local * l->ranks;
   int64_t chunks =

@@ -1,6 +1,6 @@
 /* ep_cuda.h - between the CUDA path's host code (ep_cuda.c, C) and its
- * kernels (ep_dispatch.cu, ep_combine.cu): the device state of a buffer
- * and what each launch takes. Plain C and CUDA.
+ * kernels (ep_dispatch_*.cu, ep_combine_*.cu, ep_reduce_*.cu): the device
+ * state of a buffer and what each launch takes. Plain C and CUDA.
  *
  * Nothing per call comes from the host but kernel arguments: the call
  * numbers (seq) live in device memory and the last block of each kernel
@@ -50,8 +50,8 @@ typedef struct mep__ep_kcommon {
   mep__ep_dstate_t *st;      /* device */
   int32_t *active;           /* device [ranks], the call's */
   uint64_t timeout_ns;
-  /* the receive kernel is launched as a programmatic dependent of the
-   * send kernel of the same call (both phases, sm_90 and later): it
+  /* the receive is launched as a programmatic dependent of the send of
+   * the same call (both phases, sm_90 and later): it
    * starts while the send still runs (see ep_dev.cuh, ep_early_start) */
   int early_recv;
   /* MEP_EP_TRACE=1: %globaltimer stamps of each block of the last call
@@ -101,7 +101,7 @@ typedef struct mep__ep_kcomb {
    * they have read this rank's */
   int pull;
   /* reduce mode (no proxy in the window; top-k > 2 x ranks, or
-   * MEP_EP_COMBINE_REDUCE=1; ep_combine_reduce.cu): each rank sums the
+   * MEP_EP_COMBINE_REDUCE=1; ep_reduce_send.cu): each rank sums the
    * rows of its experts per token, weighted, and sends that one float
    * row instead of one bf16 row per expert */
   int reduce;
@@ -130,17 +130,17 @@ int mep__ep_trace_init(mep__ep_trace_t *t);
 /* Prints the last call's summary on stderr and frees the stamps. */
 void mep__ep_trace_report(mep__ep_trace_t *t, int rank);
 
-/* Each queues its kernel on `stream` and returns cudaGetLastError()'s code
- * (0: queued). */
+/* Each queues its phase of the operation's kernel on `stream` and returns
+ * cudaGetLastError()'s code (0: queued). */
 int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k, void *stream);
 int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k, void *stream);
-/* Reduce mode: the send's two kernels (publish the weights, then sum and
- * send), and the receive. */
+/* Reduce mode (ep_reduce_*.cu): the send (publish the weights, then
+ * sum and send), and the receive. */
 int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k, void *stream);
-/* Blocks of the combine send / dispatch receive kernel one SM holds at
+/* Blocks of the combine / dispatch kernel (push mode's) one SM holds at
  * once with `threads` threads each (0: unknown). */
 int mep__ep_combine_send_per_sm(int threads);
 int mep__ep_dispatch_recv_per_sm(int threads);

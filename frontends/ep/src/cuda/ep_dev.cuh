@@ -263,16 +263,26 @@ __device__ __forceinline__ void ep_after_send(void) {
 #endif
 }
 
-/* Queues a kernel (a receive, or a send's second kernel), as a
- * programmatic dependent of the kernel before it when `early`; returns
- * cudaGetLastError()'s code. */
+/* Kernel names. Each operation's send and receive are two kernels, each
+ * compiled with its own launch bounds and registers, in two files, and
+ * both are called mep::ep::(anonymous namespace)::dispatch (or
+ * ::combine), which is the name a profiler shows: one name per operation,
+ * holding "::dispatch" or "::combine", as DeepEP's kernels do. Its tools
+ * (and users' scripts) look kernels up by those words, expect one name
+ * per operation, and split a call's launches into send and receive by
+ * count, as DeepEP launches one kernel per phase too. */
+
+/* Queues `kernel` (`smem` bytes of dynamic shared memory), as a
+ * programmatic dependent of the kernel before it when `early` (a receive
+ * launch); returns cudaGetLastError()'s code (0: queued). */
 template <typename K>
-static int ep_launch_dependent(void (*kernel)(K), dim3 grid, int threads,
-                          int early, void *stream, const K &args) {
+static int ep_launch(void (*kernel)(K), dim3 grid, int threads, size_t smem,
+                     int early, void *stream, const K &args) {
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   cfg.gridDim = grid;
   cfg.blockDim = dim3((unsigned)threads);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = (cudaStream_t)stream;
   if (early) {
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -1,6 +1,7 @@
-/* ep_combine_reduce.cu - combine in reduce mode: the weighted sum is split
- * between the ranks, so a token's rows cross the link once per rank that
- * holds some of its experts instead of once per expert.
+/* ep_reduce_send.cu - the combine kernel's send phase in reduce mode: the
+ * weighted sum is split between the ranks, so a token's rows cross the
+ * link once per rank that holds some of its experts instead of once per
+ * expert.
  *
  * With top-8 of 256 experts on 2 ranks a token has about 4 experts on the
  * other rank: pushing their bf16 rows moves 4 * 2H bytes, sending their
@@ -11,36 +12,32 @@
  * than two experts per rank on average (top-k > 2 x ranks), or always
  * with MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice.
  *
- * Three kernels, each a programmatic dependent of the one before when the
- * call has both phases:
- *  - publish: this rank's tokens' (expert, weight) pairs go to every live
- *    rank, itself included (the expert's rank needs the weights, which
- *    only the token's rank has), each pair a word tagged with the call's
- *    seq, so no fence and no flag stands between them and their reader;
- *    a word per rank says how many tokens this rank has;
- *  - send (grid: split blocks x sources): for each token t of source s
- *    that names an expert here, the rows of t among the expert's (found
- *    through the handle: layout_range and src_info) are summed, weighted,
- *    in float, in the order of t's top-k list; the sum goes into s's
- *    partial area and t's flag there is raised; at the end each source
- *    gets one more flag (the last of its blocks raises it);
- *  - receive (a block per token at a time, started while the send runs):
- *    waits for the flags of the token's ranks, adds up their sums (rank
- *    order) and rounds to bf16 once; at the end it waits for every live
- *    rank's end-of-send flag.
- * That last wait keeps the halves safe for back-to-back calls: a rank
- * writes half h again (call seq + 2) only after its receive of seq + 1
- * saw every peer's send of seq + 1 end, which that peer started after its
- * receive of seq read half h. */
+ * The send's first few blocks publish first: this rank's tokens' (expert,
+ * weight) pairs go to every live rank, itself included (the expert's rank
+ * needs the weights, which only the token's rank has), each pair a word
+ * tagged with the call's seq, so no fence and no flag stands between them
+ * and their reader; a word per rank says how many tokens this rank has.
+ * Then (grid: split blocks x sources), for each token t of source s that
+ * names an expert here, the rows of t among the expert's (found through
+ * the handle: layout_range and src_info) are summed, weighted, in float,
+ * in the order of t's top-k list; the sum goes into s's partial area and
+ * t's flag there is raised; at the end each source gets one more flag
+ * (the last of its blocks raises it).
+ *
+ * The receive (ep_reduce_recv.cu) waits for that last flag of every live
+ * rank at its end. That keeps the halves safe for back-to-back calls: a
+ * rank writes half h again (call seq + 2) only after its receive of
+ * seq + 1 saw every peer's send of seq + 1 end, which that peer started
+ * after its receive of seq read half h. */
 #include <cuda_bf16.h>
 
 #include "ep_dev.cuh"
 #include "mep/ep.h"
 
+namespace mep::ep {
 namespace {
 
 #define RED_THREADS 256   /* send: 8 warps; leaves room for the receive */
-#define RED_RECV_THREADS 512
 /* A weight word: tag (21 bits) | slot (11 bits: local expert + 1, 0 for
  * none) | float weight. The tag is never 0 (the zeroed window); a stale
  * word of the same half carries an older call's tag, and one a multiple
@@ -72,22 +69,29 @@ __device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
   return v;
 }
 
-__global__ void __launch_bounds__(RED_THREADS) red_publish(mep__ep_kcomb_t k) {
-  ep_early_start();
+/* Blocks of the send that publish the weights first: the lowest linear
+ * indices, which start first; the grid is resident at once (ep_cuda.c
+ * sizes it), so a block that then waits for weights never holds out
+ * another that still has to publish. */
+#define RED_PUBLISH_BLOCKS 8
+
+/* Block b of the first P (RED_PUBLISH_BLOCKS, or the grid if smaller):
+ * its share of the publish. */
+__device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
+                                            int P, uint64_t seq) {
   const mep__ep_kcommon_t &c = k.c;
   const mep__ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
-  const uint64_t seq = ep_seq(c, MEP__EP_CS);
   const int half = (int)(seq & 1);
   const int R = L->ranks, K = k.num_topk, n = k.num_tokens, nl = L->local;
   const int64_t per = (int64_t)n * K;
-  if (blockIdx.x == 0)
+  if (b == 0)
     for (int q = threadIdx.x; q < R; q += blockDim.x)
       if (ep_live(c, q))
         red_store(mep_dev_dst(w, q, mep__ep_comb_wflag(L, half, c.rank), 0),
                   mep__ep_word(seq, (uint32_t)n));
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-       i < per * R; i += (int64_t)gridDim.x * blockDim.x) {
+  for (int64_t i = (int64_t)b * blockDim.x + threadIdx.x; i < per * R;
+       i += (int64_t)P * blockDim.x) {
     const int q = (int)(i / per);
     const int64_t tj = i % per;
     if (!ep_live(c, q)) continue;
@@ -136,10 +140,15 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
   return -1;
 }
 
-__global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
+/* Named as the receive's kernel, and as push mode's (ep_dev.cuh: kernel
+ * names); a buffer's calls use one mode. */
+__global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
+  const int b = blockIdx.y * gridDim.x + blockIdx.x;
+  const int P = min(RED_PUBLISH_BLOCKS, (int)(gridDim.x * gridDim.y));
+  if (b < P) red_publish(k, b, P, seq);
   const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
@@ -226,104 +235,14 @@ __global__ void __launch_bounds__(RED_THREADS, 4) red_send(mep__ep_kcomb_t k) {
   }
   if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
     ep_finish(c, MEP__EP_CS, -1, seq);
-  ep_after_send(); /* the publish kernel, before it in the stream, is done */
-}
-
-__global__ void __launch_bounds__(RED_RECV_THREADS)
-    red_recv(mep__ep_kcomb_t k) {
-  const mep__ep_kcommon_t &c = k.c;
-  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
-  const int E = L->experts, nl = L->local, H = L->hidden, K = k.num_topk;
-  __shared__ int s_of[MEP_EP_STAGE_TOPK];   /* rank of entry j, -1: none */
-  __shared__ int s_rank[MEP_EP_STAGE_TOPK]; /* t's ranks, in rank order */
-  __shared__ int s_ok[MEP_EP_STAGE_TOPK];
-  __shared__ int s_nr;
-  ep_trace(c, MEP__EP_CR, MEP__EP_T_START);
-
-  for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
-    if ((int)threadIdx.x < K) {
-      const int64_t e = k.topk_idx[(size_t)t * K + threadIdx.x];
-      const int r = e >= 0 && e < E ? (int)(e / nl) : -1;
-      s_of[threadIdx.x] = r >= 0 && ep_active(c.active, r) ? r : -1;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      /* the ranks of t's experts, once each, in rank order */
-      int nr = 0;
-      for (int j = 0; j < K; j++) {
-        const int r = s_of[j];
-        if (r < 0) continue;
-        int i = nr;
-        while (i > 0 && s_rank[i - 1] > r) i--;
-        if (i > 0 && s_rank[i - 1] == r) continue;
-        for (int m = nr; m > i; m--) s_rank[m] = s_rank[m - 1];
-        s_rank[i] = r;
-        nr++;
-      }
-      s_nr = nr;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < s_nr) {
-      const int r = s_rank[threadIdx.x];
-      uint64_t word;
-      const uint64_t *f =
-          (const uint64_t *)(w->dev_base + mep__ep_comb_tflag(L, half, r, t));
-      s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
-    }
-    __syncthreads(); /* the flags' acquires precede every read of a sum */
-    if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
-    uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
-    for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int i = 0; i < s_nr; i++) {
-        if (!s_ok[i]) continue;
-        const float4 *p = (const float4 *)(w->dev_base +
-                                           mep__ep_comb_part(L, half,
-                                                             s_rank[i], t)) +
-                          (size_t)q * 2;
-        const float4 a = __ldcg(p), b = __ldcg(p + 1);
-        acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
-        acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
-      }
-      ep_v16 o;
-      for (int i = 0; i < 4; i++) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-        o.w[i] = *reinterpret_cast<uint32_t *>(&v);
-      }
-      ep_st16(out + (size_t)q * 16, o);
-    }
-    __syncthreads(); /* the shared lists are rewritten for the next token */
-  }
-
-  /* every live rank's end-of-send flag (the top: back-to-back calls) */
-  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
-    uint64_t word;
-    if (!ep_live(c, r)) continue;
-    const uint64_t *f =
-        (const uint64_t *)(w->dev_base + mep__ep_comb_pflag(L, half, r));
-    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
-  }
-
-  if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
-    ep_finish(c, MEP__EP_CR, -1, seq);
-  ep_after_send();
 }
 
 } // namespace
+} // namespace mep::ep
 
 extern "C" int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k,
                                           void *stream) {
-  /* the publish grid is small: a few thousand (expert, weight) pairs */
-  red_publish<<<8, RED_THREADS, 0, (cudaStream_t)stream>>>(*k);
-  int rc = (int)cudaGetLastError();
-  if (rc) return rc;
-  return ep_launch_dependent(
-      red_send, dim3((unsigned)k->send_split, (unsigned)k->c.lay.ranks),
-      RED_THREADS, k->c.early_recv, stream, *k);
-}
-
-extern "C" int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k,
-                                          void *stream) {
-  return ep_launch_dependent(red_recv, dim3((unsigned)k->recv_blocks),
-                             RED_RECV_THREADS, k->c.early_recv, stream, *k);
+  return ep_launch(mep::ep::combine,
+                   dim3((unsigned)k->send_split, (unsigned)k->c.lay.ranks),
+                   RED_THREADS, 0, 0, stream, *k);
 }

@@ -1,0 +1,201 @@
+/* ep_dispatch_recv.cu - the dispatch kernel's receive phase (CUDA path).
+ *
+ * Grid: split blocks x local experts. Block 0 of an expert waits for each
+ * active source's count word (a source that misses the deadline is
+ * cleared in active), lays the sources out in rank order, writes
+ * layout_range and recv_count and publishes them to its sibling blocks
+ * (ready[el] = seq); then all blocks of the expert copy the rows out, a
+ * warp per (expert, slot, chunk of the row), reading the token's row the
+ * index names. A sibling only ever waits for block 0 of its own expert,
+ * whose linear block index is lower (dispatched first), and that wait has
+ * a deadline too. The send is in ep_dispatch_send.cu. */
+#include "ep_dev.cuh"
+
+namespace mep::ep {
+namespace {
+
+/* Exclusive prefix sum over the block of one int per thread (blockDim a
+ * multiple of 32, at most 1024); *total gets the sum. */
+__device__ int block_excl_scan(int v, int *total) {
+  __shared__ int warp_sum[32];
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int nw = blockDim.x >> 5;
+  int incl = v;
+  for (int d = 1; d < 32; d <<= 1) {
+    int o = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= d) incl += o;
+  }
+  if (lane == 31) warp_sum[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int ws = lane < nw ? warp_sum[lane] : 0;
+    for (int d = 1; d < 32; d <<= 1) {
+      int o = __shfl_up_sync(0xffffffffu, ws, d);
+      if (lane >= d) ws += o;
+    }
+    if (lane < nw) warp_sum[lane] = ws; /* inclusive over warps */
+  }
+  __syncthreads();
+  int before = warp == 0 ? 0 : warp_sum[warp - 1];
+  *total = warp_sum[nw - 1];
+  __syncthreads(); /* warp_sum is reused by the next call */
+  return before + incl - v;
+}
+
+/* 16-byte units of a received row, and the chunks of EP_COPY_BATCH units
+ * a warp copies in one go (all its loads in flight at once). */
+__device__ __forceinline__ int recv_units(const mep__ep_kdisp_t &k) {
+  return k.fp8 ? k.c.lay.hidden / 16 : k.c.lay.hidden / 8;
+}
+
+/* A warp: chunk `ch` of slot `slot` of source `src` for local expert el
+ * (the token the index names, from the source's token rows) into output
+ * row `row` of that expert; chunk 0 also moves the source token's index
+ * and the scales. */
+__device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
+                                           int half, int el, int src,
+                                           int slot, int row, int ch) {
+  const mep__ep_layout_t *L = &k.c.lay;
+  const int lane = threadIdx.x & 31, H = L->hidden;
+  const size_t S = (size_t)L->ranks * L->tokens;
+  const size_t orow = (size_t)el * S + row;
+  const int32_t *ix = (const int32_t *)mep_dev_src(
+      k.c.win, src, mep__ep_disp_index(L, half, el, src, slot));
+  const int t = __ldcg(ix); /* the same for every lane */
+  if (ch == 0 && lane == 0) k.src_info[orow] = t;
+  if (t < 0 || t >= L->tokens) return; /* cannot happen: the source wrote it */
+  const uint8_t *data = mep_dev_src(k.c.win, src,
+                                    mep__ep_disp_token(L, half, src, t)) +
+                        MEP_EP_MSG_HEADER;
+  const int nv = recv_units(k), v0 = ch * EP_COPY_BATCH;
+  const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
+  const size_t row_bytes = (size_t)nv * 16;
+  ep_warp_copy<true>((uint8_t *)k.recv_x + orow * row_bytes + (size_t)v0 * 16,
+                     data + (size_t)v0 * 16, cnv, lane);
+  if (!k.fp8 || ch != 0) return;
+  const float *sc = (const float *)(data + H);
+  const int G = H / 128;
+  if (!k.ue8m0) {
+    float *o = (float *)k.recv_scales;
+    for (int g = lane; g < G; g += 32)
+      o[((size_t)el * G + g) * S + row] = __ldcg(sc + g);
+    return;
+  }
+  /* ue8m0: group 4j+i's exponent byte in byte i of word j */
+  int32_t *o = (int32_t *)k.recv_scales;
+  for (int j = lane; j < G / 4; j += 32) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; i++)
+      word |= ((__float_as_uint(__ldcg(sc + 4 * j + i)) >> 23) & 0xffu)
+              << (8 * i);
+    o[((size_t)el * (G / 4) + j) * S + row] = (int32_t)word;
+  }
+}
+
+/* Block 0 of expert el: the counts of every source, the layout. Returns
+ * the expert's total. */
+__device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
+                           int el, uint64_t deadline) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep__ep_layout_t *L = &c.lay;
+  const int R = L->ranks, T = L->tokens;
+  int64_t *lr = k.layout_range + (size_t)el * R;
+  int running = 0;
+  for (int base = 0; base < R; base += blockDim.x) {
+    int s = base + (int)threadIdx.x, n = 0, chunk = 0;
+    if (s < R && ep_live(c, s)) {
+      const uint64_t *p = (const uint64_t *)mep_dev_src(
+          c.win, s, mep__ep_disp_count(L, half, el, s));
+      uint64_t word = 0;
+      if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
+        uint32_t got = (uint32_t)word;
+        n = got > (uint32_t)T ? T : (int)got;
+      }
+    }
+    int excl = block_excl_scan(n, &chunk);
+    if (s < R) lr[s] = mep__ep_lr_pack((uint32_t)(running + excl), n);
+    running += chunk;
+  }
+  return running;
+}
+
+/* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c); three blocks an SM,
+ * so that the grid the host sizes (a few blocks per expert) is resident
+ * at once: a block that waits for the counts holds its SM, and blocks of
+ * a second wave would start only after the first ones' copies. Named as
+ * the send's kernel (ep_dev.cuh: kernel names). */
+__global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
+    dispatch(mep__ep_kdisp_t k) {
+  const mep__ep_kcommon_t &c = k.c;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DR);
+  const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
+  const int R = L->ranks;
+  __shared__ int s_ok;
+
+  ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
+  if (y == 0) {
+    int total = recv_layout(k, seq, half, el, deadline);
+    if (threadIdx.x == 0) k.recv_count[el] = total;
+    __syncthreads(); /* every layout_range store of the block is done */
+    if (threadIdx.x == 0) {
+      __threadfence();
+      asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(k.ready + el),
+                   "l"((unsigned long long)seq)
+                   : "memory");
+      s_ok = 1;
+    }
+  } else if (threadIdx.x == 0) {
+    /* block 0 may itself wait a whole timeout for a silent source */
+    uint64_t until = deadline + c.timeout_ns, now = 0;
+    uint64_t nap_from = mep_dev_now_ns() + EP_SPIN_NS;
+    unsigned long long r;
+    for (;;) {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
+                   : "=l"(r)
+                   : "l"(k.ready + el)
+                   : "memory");
+      if (r >= seq || (now = mep_dev_now_ns()) > until) break;
+      if (now >= nap_from) __nanosleep(64); /* spin first: see ep_wait_word */
+    }
+    s_ok = r >= seq;
+  }
+  __syncthreads();
+  ep_trace(c, MEP__EP_DR, MEP__EP_T_MID);
+
+  if (s_ok) {
+    const int W = blockDim.x >> 5;
+    const int gw = y * W + (int)(threadIdx.x >> 5), GW = Y * W;
+    const int64_t *lr = k.layout_range + (size_t)el * R;
+    const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
+    for (int s = 0; s < R; s++) {
+      int64_t v = __ldcg(lr + s);
+      int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
+      if (n <= 0) continue;
+      /* the (row, chunk) items of the whole expert go round-robin over
+       * its warps */
+      const int64_t items = (int64_t)n * C;
+      int64_t first = ((gw - (int64_t)begin * C) % GW + GW) % GW;
+      for (int64_t j = first; j < items; j += GW)
+        recv_chunk(k, half, el, s, (int)(j / C), begin + (int)(j / C),
+                   (int)(j % C));
+    }
+  }
+
+  if (ep_last_block(&c.st->done[MEP__EP_DR], gridDim.x * gridDim.y))
+    ep_finish(c, MEP__EP_DR, -1, seq);
+  ep_after_send();
+}
+
+} // namespace
+} // namespace mep::ep
+
+extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
+                                            void *stream) {
+  dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
+  return ep_launch(mep::ep::dispatch, grid, k->recv_threads, 0,
+                   k->c.early_recv, stream, *k);
+}
+
+extern "C" int mep__ep_dispatch_recv_per_sm(int threads) {
+  return ep_blocks_per_sm(mep::ep::dispatch, threads);
+}

@@ -1,0 +1,106 @@
+/* ep_reduce_recv.cu - the combine kernel's receive phase in reduce mode
+ * (ep_reduce_send.cu says what reduce mode is and what the send leaves).
+ *
+ * A block per token at a time, started while the send runs: waits for the
+ * flags of the token's ranks, adds up their sums (rank order) and rounds
+ * to bf16 once; at the end it waits for every live rank's end-of-send
+ * flag (ep_reduce_send.cu: why). */
+#include <cuda_bf16.h>
+
+#include "ep_dev.cuh"
+
+#define RED_RECV_THREADS 512
+
+namespace mep::ep {
+namespace {
+
+/* Named as the send's kernel, and as push mode's (ep_dev.cuh: kernel
+ * names). */
+__global__ void __launch_bounds__(RED_RECV_THREADS)
+    combine(mep__ep_kcomb_t k) {
+  const mep__ep_kcommon_t &c = k.c;
+  const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
+  const int E = L->experts, nl = L->local, H = L->hidden, K = k.num_topk;
+  __shared__ int s_of[MEP_EP_STAGE_TOPK];   /* rank of entry j, -1: none */
+  __shared__ int s_rank[MEP_EP_STAGE_TOPK]; /* t's ranks, in rank order */
+  __shared__ int s_ok[MEP_EP_STAGE_TOPK];
+  __shared__ int s_nr;
+  ep_trace(c, MEP__EP_CR, MEP__EP_T_START);
+
+  for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
+    if ((int)threadIdx.x < K) {
+      const int64_t e = k.topk_idx[(size_t)t * K + threadIdx.x];
+      const int r = e >= 0 && e < E ? (int)(e / nl) : -1;
+      s_of[threadIdx.x] = r >= 0 && ep_active(c.active, r) ? r : -1;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      /* the ranks of t's experts, once each, in rank order */
+      int nr = 0;
+      for (int j = 0; j < K; j++) {
+        const int r = s_of[j];
+        if (r < 0) continue;
+        int i = nr;
+        while (i > 0 && s_rank[i - 1] > r) i--;
+        if (i > 0 && s_rank[i - 1] == r) continue;
+        for (int m = nr; m > i; m--) s_rank[m] = s_rank[m - 1];
+        s_rank[i] = r;
+        nr++;
+      }
+      s_nr = nr;
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < s_nr) {
+      const int r = s_rank[threadIdx.x];
+      uint64_t word;
+      const uint64_t *f =
+          (const uint64_t *)(w->dev_base + mep__ep_comb_tflag(L, half, r, t));
+      s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
+    }
+    __syncthreads(); /* the flags' acquires precede every read of a sum */
+    if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
+    uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
+    for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i = 0; i < s_nr; i++) {
+        if (!s_ok[i]) continue;
+        const float4 *p = (const float4 *)(w->dev_base +
+                                           mep__ep_comb_part(L, half,
+                                                             s_rank[i], t)) +
+                          (size_t)q * 2;
+        const float4 a = __ldcg(p), b = __ldcg(p + 1);
+        acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+        acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+      }
+      ep_v16 o;
+      for (int i = 0; i < 4; i++) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+        o.w[i] = *reinterpret_cast<uint32_t *>(&v);
+      }
+      ep_st16(out + (size_t)q * 16, o);
+    }
+    __syncthreads(); /* the shared lists are rewritten for the next token */
+  }
+
+  /* every live rank's end-of-send flag (the top: back-to-back calls) */
+  for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
+    uint64_t word;
+    if (!ep_live(c, r)) continue;
+    const uint64_t *f =
+        (const uint64_t *)(w->dev_base + mep__ep_comb_pflag(L, half, r));
+    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
+  }
+
+  if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
+    ep_finish(c, MEP__EP_CR, -1, seq);
+  ep_after_send();
+}
+
+} // namespace
+} // namespace mep::ep
+
+extern "C" int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k,
+                                          void *stream) {
+  return ep_launch(mep::ep::combine, dim3((unsigned)k->recv_blocks),
+                   RED_RECV_THREADS, 0, k->c.early_recv, stream, *k);
+}
