@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmarks the "mep" c10d backend against NCCL on CUDA tensors.
 
-Spawns 2 ranks (one GPU each; --share-gpu puts both on GPU 0) without
-torchrun. Each rank has a "mep" group and an "nccl" group over the same
+Spawns 2 ranks (--ranks N: N; one GPU each; --share-gpu puts them all on
+GPU 0) without torchrun. Each rank has a "mep" group and an "nccl" group over the same
 ranks (with --share-gpu the reference is left out: NCCL cannot run two ranks
 on one GPU). For all_reduce, all_gather, reduce_scatter, all_to_all and
 broadcast over sizes 8 B .. 1 GiB it times both backends with CUDA events
@@ -249,8 +249,10 @@ def main():
     ap.add_argument("--iters", type=int, default=50,
                     help="timed iterations for sizes up to 1 MiB (default 50)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up calls (default 5)")
+    ap.add_argument("--ranks", type=int, default=2,
+                    help="processes, one GPU each (default 2)")
     ap.add_argument("--share-gpu", action="store_true",
-                    help="both ranks on GPU 0 (no NCCL reference then)")
+                    help="every rank on GPU 0 (no NCCL reference then)")
     ap.add_argument("--timeout", type=float, default=1800,
                     help="seconds before the ranks are killed (default 1800)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -261,12 +263,14 @@ def main():
         ap.error(f"unknown operation(s) {bad}; choose from {OPS}")
     import torch
     ngpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if ngpu < 1 or (ngpu < 2 and not args.share_gpu):
-        print(f"bench-cuda: needs 2 GPUs (this machine shows {ngpu}); "
-              "--share-gpu runs both ranks on one", file=sys.stderr)
+    if args.ranks < 2:
+        ap.error("--ranks must be at least 2")
+    if ngpu < 1 or (ngpu < args.ranks and not args.share_gpu):
+        print(f"bench-cuda: needs {args.ranks} GPUs (this machine shows {ngpu}); "
+              "--share-gpu runs every rank on one", file=sys.stderr)
         return 2
     os.environ["NCCL_NVLS_ENABLE"] = "0"
-    world = 2
+    world = args.ranks
     got, rc = run_ranks("bench-cuda", rank_main, world, args)
     if rc:
         return rc

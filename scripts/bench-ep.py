@@ -23,6 +23,11 @@ same expert outputs against a dense float64 reference (within bf16
 rounding); a failure is printed, flagged in the table, and makes the exit
 status 1, but every hidden size is still timed.
 
+--hosts makes each rank a host of its own (MEP_HOST_ID per rank), as two
+hosts without RDMA: mep then reaches the other GPU through the proxy over
+tcp, and NCCL is kept to sockets (NCCL_P2P_DISABLE=1, NCCL_SHM_DISABLE=1,
+NCCL_IB_DISABLE=1), so both move the bytes as they would across hosts.
+
 --tcp runs mep over the TCP transport (MEP_TRANSPORTS=tcp: the proxy path,
 GPU memory staged by a CPU thread), for the record.
 
@@ -423,6 +428,8 @@ def leave_group():
 def rank_rows(rank, world, port, args):
     """One rank's measurements: {"rows": [...]}."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+    if args.hosts:
+        os.environ["MEP_HOST_ID"] = f"bench-ep-host-{rank}"
     import torch
     import torch.distributed as dist
     dev = torch.device("cuda", rank)
@@ -484,6 +491,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=20, help="warm-up calls (default 20)")
     ap.add_argument("--tcp", action="store_true",
                     help="mep over the TCP transport (the proxy path)")
+    ap.add_argument("--hosts", action="store_true",
+                    help="each rank a host of its own: mep through the proxy over tcp, "
+                         "NCCL over sockets")
     ap.add_argument("--timeout", type=float, default=900,
                     help="seconds before the ranks are killed (default 900)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -503,7 +513,11 @@ def main():
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     if args.tcp:
         os.environ["MEP_TRANSPORTS"] = "tcp"
+    if args.tcp or args.hosts:
         os.environ.setdefault("MEP_TCP_IFNAME", "lo")
+    if args.hosts:
+        os.environ.update(NCCL_P2P_DISABLE="1", NCCL_SHM_DISABLE="1", NCCL_IB_DISABLE="1")
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     world = 2
     got, rc = bc.run_ranks("bench-ep", rank_main, world, args)
     if rc:
@@ -525,6 +539,7 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"ranks": world, "tokens": args.tokens, "experts": args.experts,
                        "topk": args.topk, "iters": args.iters, "tcp": args.tcp,
+                       "hosts": args.hosts,
                        "transports": os.environ.get("MEP_TRANSPORTS"), "rows": rows,
                        "per_rank": {r: got[r]["rows"] for r in got},
                        "peer_copy_gbps": copy}, f, indent=1)

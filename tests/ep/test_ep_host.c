@@ -3,6 +3,7 @@
  * every rank's inputs). Usage: test_ep_host RANKS SCENARIO, SCENARIO one
  * of basic, fp8, phases, zerocopy, args, fault, faultexit. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,11 +84,20 @@ static void round_trip(mep_ep_buffer_t *buf, const ep_case_t *c, int rank,
   outputs_alloc(c, &o);
   char why[512];
 
+  /* the receive adds each expert's count to recv_stats; a caller built
+   * before that field (struct_size up to stream; the zero-copy runs play
+   * one) has it untouched */
+  const int L = c->experts / c->ranks;
+  int32_t stats[MEP_EP_MAX_LOCAL_EXPERTS];
+  for (int el = 0; el < L; el++) stats[el] = 1000 * el + rank;
   mep_ep_dispatch_args_t d = {
-      .struct_size = sizeof d, .x = x, .topk_idx = idx, .num_tokens = n,
+      .struct_size = run->zero_copy ? offsetof(mep_ep_dispatch_args_t, recv_stats)
+                                    : sizeof d,
+      .x = x, .topk_idx = idx, .num_tokens = n,
       .num_topk = K, .flags = c->flags, .timeout_us = timeout_us,
       .recv_x = o.x, .recv_scales = o.scales, .recv_src_info = o.src_info,
-      .recv_layout_range = o.range, .recv_count = o.count};
+      .recv_layout_range = o.range, .recv_count = o.count,
+      .recv_stats = stats};
   if (run->two_phase) {
     d.flags = c->flags | MEP_EP_SEND;
     CHECK_OK(mep_ep_dispatch(buf, &d));
@@ -99,6 +109,10 @@ static void round_trip(mep_ep_buffer_t *buf, const ep_case_t *c, int rank,
   CHECK(ep_ref_check_dispatch(c, rank, active, o.x, o.scales, o.src_info,
                               o.range, o.count, why, sizeof why) == 0,
         "%s: %s", scenario, why);
+  for (int el = 0; el < L; el++)
+    CHECK(stats[el] == 1000 * el + rank + (run->zero_copy ? 0 : o.count[el]),
+          "%s: recv_stats[%d] is %d, not %d + %d", scenario, el, stats[el],
+          1000 * el + rank, run->zero_copy ? 0 : o.count[el]);
 
   uint16_t *comb = run->zero_copy ? mep_ep_combine_buffer(buf) : o.comb;
   CHECK(comb != NULL, "no combine buffer");

@@ -119,6 +119,11 @@ if want python; then
       ${BENCH_ARGS:-}
     [ -f "$out/bench-cuda.log" ] && cat "$out/bench-cuda.log"
   fi
+  if [ "$ngpu" -ge 4 ]; then
+    t bench-cuda-4ranks 300 python3 scripts/bench-cuda.py --ranks 4 \
+      --json "$out/bench-cuda-4ranks.json" ${BENCH_ARGS:-}
+    [ -f "$out/bench-cuda-4ranks.log" ] && cat "$out/bench-cuda-4ranks.log"
+  fi
 fi
 if want ep; then
   t devwin-2ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
@@ -129,6 +134,8 @@ if want ep; then
   t ep-cuda-peermap-2ranks 300 env MEP_TRANSPORTS=peermap,tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-2ranks 300 "$b/tests/gpu/ep/ep_cuda_test" -n 2
   t ep-cuda-4ranks-1gpu-quick 400 env CUDA_VISIBLE_DEVICES=0 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
+  [ "$ngpu" -ge 4 ] &&
+    t ep-cuda-4ranks-4gpus-quick 400 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
   # combine's modes where the rule would not pick them (top-k > 2 x ranks
   # reduces): reduce on 2, 3 (a fault among them) and 4 ranks for every
   # shape, push on 2
@@ -139,6 +146,20 @@ if want ep; then
   t ep-cuda-tcp-2ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-3ranks-fault 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-tcp-2ranks-repeat 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
+  # one machine as several hosts (MEP_LAUNCH_HOSTS=1: a host id per rank):
+  # no NVLink between them, so the device window goes through the proxy
+  t devwin-hosts-2ranks 300 env MEP_LAUNCH_HOSTS=1 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect proxy
+  t ep-cuda-hosts-2ranks 300 env MEP_LAUNCH_HOSTS=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  # ibgda over the software model of the NIC between two such hosts:
+  # ibgda,nvlink picks ibgda, whose host path carries the proxy's puts
+  if [ -f "$b/plugins/ibgda/libmep-transport-ibgda.so" ]; then
+    ib=(env MEP_LAUNCH_HOSTS=1 MEP_TRANSPORTS=ibgda,nvlink MEP_IBGDA_BACKEND=model
+        MEP_IBGDA_BOOTSTRAP_IFNAME=lo MEP_PLUGIN_PATH="$MEP_PLUGIN_PATH:$PWD/$b/plugins/ibgda")
+    t devwin-ibgda-hosts-2ranks 300 "${ib[@]}" "$b/tests/gpu/devwin/devwin_test" -n 2 --expect proxy
+    t ep-cuda-ibgda-hosts-2ranks 300 "${ib[@]}" "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+    t ep-cuda-ibgda-hosts-3ranks-fault 120 "${ib[@]}" "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
+    t cuda-coll-ibgda-hosts-2ranks 300 "${ib[@]}" "$b/tests/gpu/cuda_coll" -n 2 --path staged
+  fi
   eb="$b/tests/gpu/ep/ep_bench -n 2"
   t ep-bench-2ranks 120 $eb
   t ep-bench-split 120 $eb --split
@@ -157,6 +178,10 @@ if want ep; then
   if [ "$ngpu" -ge 2 ]; then
     t bench-ep 300 python3 scripts/bench-ep.py --json "$out/bench-ep.json" ${EP_BENCH_ARGS:-}
     [ -f "$out/bench-ep.log" ] && cat "$out/bench-ep.log"
+    # two GPUs as two hosts: mep through the proxy over tcp against NCCL
+    # over sockets
+    t bench-ep-hosts 300 python3 scripts/bench-ep.py --hosts --json "$out/bench-ep-hosts.json"
+    [ -f "$out/bench-ep-hosts.log" ] && cat "$out/bench-ep-hosts.log"
   fi
 fi
 if want probe; then

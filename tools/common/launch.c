@@ -20,6 +20,14 @@ static long long now_ms(void) {
 
 static int child(const mep_launch_opts_t *o, int rank, int port,
                  mep_launch_fn fn, void *arg) {
+  /* MEP_LAUNCH_HOSTS=1: each rank a host of its own (its MEP_HOST_ID), so
+   * that ranks of one machine reach each other as across hosts */
+  const char *hosts = getenv("MEP_LAUNCH_HOSTS");
+  if (hosts && !strcmp(hosts, "1")) {
+    char id[64];
+    snprintf(id, sizeof id, "mep-launch-host-%d", rank);
+    setenv("MEP_HOST_ID", id, 1);
+  }
   if (o->before_comm) o->before_comm(rank, arg);
   mep_store_t *store = NULL;
   int rc = mep_store_tcp_connect("127.0.0.1", port, o->timeout_ms, &store);

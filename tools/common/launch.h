@@ -40,7 +40,9 @@ void mep_launch_store_stop(mep_launch_store_t *st);
  * with its result. Every child is reaped; at the deadline the survivors
  * are killed. Returns 0 when every rank succeeded, else the count of
  * failed ranks, each described on stderr ("rank 2: exited with 1",
- * "rank 0: killed by signal 9 at the deadline"). */
+ * "rank 0: killed by signal 9 at the deadline"). With MEP_LAUNCH_HOSTS=1
+ * in the environment each rank is a host of its own (MEP_HOST_ID
+ * "mep-launch-host-RANK"): one machine plays several hosts. */
 int mep_launch(const mep_launch_opts_t *opts, mep_launch_fn fn, void *arg);
 
 #endif

@@ -1,6 +1,7 @@
 /* ep_buffer.c - the C API of ep.h: checks every argument (the messages name
  * the parameter and the limit), resolves the call's phases, active ranks
  * and timeout, and hands the call to the CPU path or the CUDA path. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,11 +181,12 @@ static int check_topk(const char *fn, const mep_ep_buffer_t *b,
 int mep_ep_dispatch(mep_ep_buffer_t *buf, const mep_ep_dispatch_args_t *a) {
   const char *fn = "mep_ep_dispatch";
   if (!buf || !a) return INVALID("%s: %s is NULL", fn, !buf ? "buf" : "args");
-  if (a->struct_size < sizeof(mep_ep_dispatch_args_t))
-    return INVALID("%s: args->struct_size %zu is less than "
-                   "sizeof(mep_ep_dispatch_args_t) (%zu)", fn, a->struct_size,
-                   sizeof(mep_ep_dispatch_args_t));
-  mep__ep_call_t c;
+  /* callers built before recv_stats was added pass the size up to stream */
+  const size_t v1 = offsetof(mep_ep_dispatch_args_t, recv_stats);
+  if (a->struct_size < v1)
+    return INVALID("%s: args->struct_size %zu is less than %zu (the "
+                   "arguments up to stream)", fn, a->struct_size, v1);
+  mep__ep_call_t c = {0};
   unsigned allowed = MEP_EP_FP8 | MEP_EP_ROUND_SCALE | MEP_EP_UE8M0 |
                      MEP_EP_SEND | MEP_EP_RECV;
   int rc = check_common(fn, buf, a->flags, allowed, a->num_tokens,
@@ -215,6 +217,8 @@ int mep_ep_dispatch(mep_ep_buffer_t *buf, const mep_ep_dispatch_args_t *a) {
     if (rc) return rc;
   }
   resolve(buf, a->active_ranks, a->timeout_us, &c);
+  c.recv_stats = a->struct_size >= v1 + sizeof a->recv_stats ? a->recv_stats
+                                                              : NULL;
 #ifdef MEP_HAVE_CUDA
   if (buf->cuda) return mep__ep_cuda_dispatch(buf, a, &c);
 #endif
@@ -228,7 +232,7 @@ int mep_ep_combine(mep_ep_buffer_t *buf, const mep_ep_combine_args_t *a) {
     return INVALID("%s: args->struct_size %zu is less than "
                    "sizeof(mep_ep_combine_args_t) (%zu)", fn, a->struct_size,
                    sizeof(mep_ep_combine_args_t));
-  mep__ep_call_t c;
+  mep__ep_call_t c = {0};
   unsigned allowed = MEP_EP_ZERO_COPY | MEP_EP_SEND | MEP_EP_RECV;
   int rc = check_common(fn, buf, a->flags, allowed, a->num_tokens,
                         a->num_topk, &c);

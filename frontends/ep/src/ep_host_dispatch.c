@@ -204,6 +204,7 @@ static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
       off += n;
     }
     a->recv_count[el] = (int32_t)off;
+    if (c->recv_stats) c->recv_stats[el] += (int32_t)off;
   }
   return 0;
 }

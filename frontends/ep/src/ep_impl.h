@@ -28,6 +28,7 @@ typedef struct mep__ep_call {
   int phases;
   int32_t *active;
   int64_t timeout_us;
+  int32_t *recv_stats; /* dispatch: args' recv_stats, NULL if absent */
 } mep__ep_call_t;
 
 /* CPU path. create: collective; allocates b->host and b->active. */

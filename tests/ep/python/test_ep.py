@@ -14,6 +14,38 @@ from eptest import check_combine, check_dispatch, expert_outputs, run_ranks
 CASES = [(5, 384, 3, 3), (1, 128, 1, 1), (3, 512, 8, 16), (17, 1152, 2, 4)]
 
 
+class Counting(torch.overrides.TorchFunctionMode):
+    """Counts what Python asks of tensors while it is on, as a mode such as
+    torch.set_default_device's (DeepEP's tests turn that on) sees it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def under_mode(mep_ep, rank, R, data, T, E, L, buf, every):
+    """Calls under a TorchFunctionMode give the same results, and through
+    mep.ep._ops (its checked path) ask Python's torch for nothing."""
+    x, idx, w = data[rank]
+    stats = torch.zeros(L, dtype=torch.int32)
+    with Counting() as mode:
+        recv, count, handle, _, _ = buf.low_latency_dispatch(
+            x, idx, T, E, cumulative_local_expert_recv_stats=stats, use_fp8=False)
+    dispatch_seen = mode.seen
+    check_dispatch(rank, R, data, E, recv, count, handle)
+    assert torch.equal(stats, count)
+    y = expert_outputs(recv, rank, L)
+    with Counting() as mode:
+        out, _, _ = buf.low_latency_combine(y, idx, w, handle)
+    check_combine(out, data, rank, every)
+    if mep_ep.ops_problem() is None:
+        assert dispatch_seen == [] and mode.seen == [], (dispatch_seen, mode.seen)
+
+
 def one_case(mep_ep, rank, R, case, T, H, L, K):
     Buffer, EventOverlap = mep_ep.Buffer, mep_ep.EventOverlap
     E = L * R
@@ -33,6 +65,7 @@ def one_case(mep_ep, rank, R, case, T, H, L, K):
     out, ev, hook = buf.low_latency_combine(expert_outputs(recv, rank, L), idx, w, handle)
     assert hook is None
     check_combine(out, data, rank, every)
+    under_mode(mep_ep, rank, R, data, T, E, L, buf, every)
 
     # Two phases through the hooks, with async_finish and a given `out`.
     recv, count, handle, ev, hook = buf.low_latency_dispatch(

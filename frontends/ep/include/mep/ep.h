@@ -141,6 +141,11 @@ typedef struct mep_ep_dispatch_args {
   int64_t *recv_layout_range;
   int32_t *recv_count;
   void *stream;               /* cudaStream_t (MEP_EP_CUDA); else ignored */
+  /* Added later: a struct_size that ends before it reads as NULL. Where
+   * the outputs are, [local experts] int32 or NULL: the receive adds each
+   * local expert's count to it (DeepEP's
+   * cumulative_local_expert_recv_stats), in the same launch. */
+  int32_t *recv_stats;
 } mep_ep_dispatch_args_t;
 
 /* Sends the tokens to their experts' ranks and receives this rank's

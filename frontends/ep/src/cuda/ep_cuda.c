@@ -271,6 +271,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
     if (!rc) rc = check_align(fn, "recv_src_info", a->recv_src_info, 4);
     if (!rc) rc = check_align(fn, "recv_layout_range", a->recv_layout_range, 8);
     if (!rc) rc = check_align(fn, "recv_count", a->recv_count, 4);
+    if (!rc) rc = check_align(fn, "recv_stats", c->recv_stats, 4);
   }
   if (rc) return rc;
   mep__ep_kdisp_t k = {0};
@@ -289,6 +290,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   k.src_info = a->recv_src_info;
   k.layout_range = a->recv_layout_range;
   k.recv_count = a->recv_count;
+  k.recv_stats = c->recv_stats;
   /* send: a block per token (the last one also sends every count) */
   k.send_threads = row_threads(k.fp8 ? l->hidden / 16 : l->hidden / 8);
   k.send_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);

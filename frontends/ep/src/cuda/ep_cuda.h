@@ -81,6 +81,7 @@ typedef struct mep__ep_kdisp {
   int32_t *src_info;
   int64_t *layout_range;
   int32_t *recv_count;
+  int32_t *recv_stats;       /* device [local] or NULL: += recv_count */
   /* launch shape */
   int send_blocks, send_threads;
   int recv_split, recv_threads; /* blocks per local expert, threads each */

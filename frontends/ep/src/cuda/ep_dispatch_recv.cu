@@ -135,7 +135,10 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
   ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
   if (y == 0) {
     int total = recv_layout(k, seq, half, el, deadline);
-    if (threadIdx.x == 0) k.recv_count[el] = total;
+    if (threadIdx.x == 0) {
+      k.recv_count[el] = total;
+      if (k.recv_stats) k.recv_stats[el] += total;
+    }
     __syncthreads(); /* every layout_range store of the block is done */
     if (threadIdx.x == 0) {
       __threadfence();

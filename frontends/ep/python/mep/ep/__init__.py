@@ -288,6 +288,7 @@ class Buffer:
                  **ignored_deepep_kwargs):
         self._lib = None
         self._buf = self._comm = self._store = self._server = None
+        self._fast = None  # mep.ep._ops.Fast once the buffer exists
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("mep.ep.Buffer: torch.distributed is not initialized "
                                "(call init_process_group first)")
@@ -396,6 +397,10 @@ class Buffer:
                                                 ctypes.byref(buf)), what)
         self._buf = buf
         self._params = want
+        ops = _ops_lookup()[0]
+        if ops is not None:
+            self._fast = ops.Fast(buf.value, experts // size, size, tokens, hidden, experts,
+                                  device, self._lib.ep_combine_buffer(buf) or 0)
 
     def _live(self):
         if self._buf is None:
@@ -868,6 +873,19 @@ class Buffer:
         [L, R*T], layout_range int64 [L, R], T, H, num_experts) for combine.
         With return_recv_hook only the sends run now and hook() receives.
         dispatch_wait_recv_cost_stats is accepted and left unchanged."""
+        flags = ((_c.FP8 if use_fp8 else 0) | (_c.ROUND_SCALE if round_scale else 0)
+                 | (_c.UE8M0 if use_ue8m0 else 0))
+        fast = self._fast
+        if fast is not None:
+            act = self._user_active if active_ranks is None else active_ranks
+            timeout = self._call_timeout(timeout_us)
+            r = fast.dispatch(x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                              flags | (_c.SEND if return_recv_hook else 0),
+                              cumulative_local_expert_recv_stats, act, timeout)
+            if r is not None:
+                return self._dispatched(r, x, topk_idx, flags, act, timeout,
+                                        cumulative_local_expert_recv_stats, async_finish,
+                                        return_recv_hook)
         _check(x, "x", torch.bfloat16, (None, None))
         device = x.device
         if device.type not in ("cpu", "cuda"):
@@ -907,41 +925,51 @@ class Buffer:
         act_ptr, act = self._active_arg(active_ranks, device)
         call_timeout = self._call_timeout(timeout_us)
         self._ensure(tokens, hidden, experts, device)
-        flags = ((_c.FP8 if use_fp8 else 0) | (_c.ROUND_SCALE if round_scale else 0)
-                 | (_c.UE8M0 if use_ue8m0 else 0))
-        what = f"low_latency_dispatch of {n} tokens (rank {self.rank} of {size})"
+        stats = cumulative_local_expert_recv_stats
         buf = self._live()
         ops = _ops_lookup()[0]
         if ops is not None:
-            rc, recv_x, scales, src_info, layout_range, count = ops.dispatch(
-                buf.value, x, topk_idx, local, size, tokens,
-                flags | (_c.SEND if return_recv_hook else 0), act, call_timeout)
-            _c.check(rc, what)
+            r = ops.dispatch(buf.value, x, topk_idx, local, size, tokens,
+                             flags | (_c.SEND if return_recv_hook else 0), act, call_timeout,
+                             stats)
+            return self._dispatched(r, x, topk_idx, flags, act, call_timeout, stats,
+                                    async_finish, return_recv_hook)
+        what = f"low_latency_dispatch of {n} tokens (rank {self.rank} of {size})"
+        recv_x, scales, src_info, layout_range, count, phase = self._dispatch_ctypes(
+            buf, x, topk_idx, local, tokens, hidden, flags, return_recv_hook, act_ptr,
+            call_timeout, device, what, stats)
+        keep = (x, topk_idx, act, stats, recv_x, scales, src_info, layout_range, count)
+        hook = self._recv_hook(phase, what, keep) if return_recv_hook else None
+        handle = (src_info, layout_range, tokens, hidden, experts)
+        out_x = (recv_x, scales.transpose(1, 2)) if flags & _c.FP8 else recv_x
+        return out_x, count, handle, self._event(async_finish, device, keep), hook
 
-            def phase():
-                return ops.dispatch_phase(buf.value, x, topk_idx, recv_x, scales, src_info,
-                                          layout_range, count, flags | _c.RECV, act,
-                                          call_timeout)
-        else:
-            recv_x, scales, src_info, layout_range, count, phase = self._dispatch_ctypes(
-                buf, x, topk_idx, local, tokens, hidden, flags, return_recv_hook, act_ptr,
-                call_timeout, device, what)
-        stats = cumulative_local_expert_recv_stats
-
-        keep = (x, topk_idx, act, recv_x, scales, src_info, layout_range, count)
+    def _dispatched(self, r, x, topk_idx, flags, act, timeout, stats, async_finish,
+                    return_recv_hook):
+        """The results of a dispatch made through mep.ep._ops (r: its tuple),
+        as low_latency_dispatch returns them. Reads no tensor attribute (see
+        ops.cpp: Fast)."""
+        rc, recv_x, scales, src_info, layout_range, count = r
+        if rc:
+            _c.check(rc, f"low_latency_dispatch of {x.shape[0]} tokens (rank {self.rank} "
+                         f"of {self.group_size})")
+        tokens, hidden, experts, device = self._params
+        keep = (x, topk_idx, act, stats, recv_x, scales, src_info, layout_range, count)
         hook = None
         if return_recv_hook:
-            hook = self._recv_hook(phase, what, keep,
-                                   lambda: stats.add_(count) if stats is not None else None)
-        elif stats is not None:
-            stats.add_(count)
+            ops, buf = _ops_lookup()[0], self._buf.value
+
+            def phase():
+                return ops.dispatch_phase(buf, x, topk_idx, recv_x, scales, src_info,
+                                          layout_range, count, flags | _c.RECV, act, timeout,
+                                          stats)
+            hook = self._recv_hook(phase, f"low_latency_dispatch (rank {self.rank})", keep)
         handle = (src_info, layout_range, tokens, hidden, experts)
-        out_x = (recv_x, scales.transpose(1, 2)) if use_fp8 else recv_x
-        event = self._event(async_finish, device, keep)
-        return out_x, count, handle, event, hook
+        out_x = (recv_x, scales) if flags & _c.FP8 else recv_x
+        return out_x, count, handle, self._event(async_finish, device, keep), hook
 
     def _dispatch_ctypes(self, buf, x, topk_idx, local, tokens, hidden, flags, two_phase,
-                         act_ptr, call_timeout, device, what):
+                         act_ptr, call_timeout, device, what, stats):
         """The first (or only) phase of a dispatch through ctypes: its
         outputs and the receive phase's call."""
         n, k = topk_idx.shape
@@ -970,7 +998,8 @@ class Buffer:
             active_ranks=act_ptr, timeout_us=call_timeout,
             recv_x=recv_x.data_ptr(), recv_scales=scales.data_ptr() if use_fp8 else None,
             recv_src_info=src_info.data_ptr(), recv_layout_range=layout_range.data_ptr(),
-            recv_count=count.data_ptr(), stream=self._stream(device))
+            recv_count=count.data_ptr(), stream=self._stream(device),
+            recv_stats=stats.data_ptr() if stats is not None else None)
         _c.check(self._lib.ep_dispatch(buf, ctypes.byref(args)), what)
         phase = self._ctypes_phase(self._lib.ep_dispatch, args, flags, device)
         return recv_x, scales, src_info, layout_range, count, phase
@@ -983,7 +1012,7 @@ class Buffer:
             return fn(self._live(), ctypes.byref(args))
         return phase
 
-    def _recv_hook(self, phase, what, keep, after):
+    def _recv_hook(self, phase, what, keep):
         """The receive phase of a two-phase call, to be called once."""
         done = []
 
@@ -993,7 +1022,6 @@ class Buffer:
             done.append(keep)
             self._live()
             _c.check(phase(), what + ", receive hook")
-            after()
         return hook
 
     def _check_handle(self, handle):
@@ -1026,6 +1054,15 @@ class Buffer:
         if use_logfmt:
             raise NotImplementedError("mep.ep: use_logfmt (LogFMT-compressed combine) is "
                                       "not supported; combine sends bf16")
+        fast = self._fast
+        if fast is not None:
+            act = self._user_active if active_ranks is None else active_ranks
+            timeout = self._call_timeout(timeout_us)
+            r = fast.combine(x, topk_idx, topk_weights, handle, bool(zero_copy), out, act,
+                             _c.SEND if return_recv_hook else 0, timeout)
+            if r is not None:
+                return self._combined(r, x, topk_idx, topk_weights, handle[0], handle[1],
+                                      zero_copy, act, timeout, async_finish, return_recv_hook)
         src_info, layout_range, tokens, hidden, experts, device = self._check_handle(handle)
         size = self.group_size
         local = experts // size
@@ -1051,33 +1088,48 @@ class Buffer:
         ops = _ops_lookup()[0]
         if ops is not None:
             if out is None:
-                rc, out = ops.combine(buf.value, xptr, topk_idx, topk_weights, src_info,
-                                      layout_range, hidden, first, act, call_timeout)
+                r = ops.combine(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                layout_range, hidden, first, act, call_timeout)
             else:
-                rc = ops.combine_into(buf.value, xptr, topk_idx, topk_weights, src_info,
-                                      layout_range, out, first, act, call_timeout)
-            _c.check(rc, what)
+                r = (ops.combine_into(buf.value, xptr, topk_idx, topk_weights, src_info,
+                                      layout_range, out, first, act, call_timeout), out)
+            return self._combined(r, x, topk_idx, topk_weights, src_info, layout_range,
+                                  zero_copy, act, call_timeout, async_finish, return_recv_hook)
+        if out is None:
+            out = torch.empty((n, hidden), dtype=torch.bfloat16, device=device)
+        args = _c.CombineArgs(
+            struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr,
+            topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
+            src_info=src_info.data_ptr(), layout_range=layout_range.data_ptr(),
+            num_tokens=n, num_topk=k, flags=first, active_ranks=act_ptr,
+            timeout_us=call_timeout, out=out.data_ptr(), stream=self._stream(device))
+        _c.check(self._lib.ep_combine(buf, ctypes.byref(args)), what)
+        phase = self._ctypes_phase(self._lib.ep_combine, args, flags, device)
+        keep = (x, topk_idx, topk_weights, src_info, layout_range, act, out)
+        hook = self._recv_hook(phase, what, keep) if return_recv_hook else None
+        return out, self._event(async_finish, device, keep), hook
 
-            def phase():
-                return ops.combine_into(buf.value, xptr, topk_idx, topk_weights, src_info,
-                                        layout_range, out, flags | _c.RECV, act,
-                                        call_timeout)
-        else:
-            if out is None:
-                out = torch.empty((n, hidden), dtype=torch.bfloat16, device=device)
-            args = _c.CombineArgs(
-                struct_size=ctypes.sizeof(_c.CombineArgs), x=xptr,
-                topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
-                src_info=src_info.data_ptr(), layout_range=layout_range.data_ptr(),
-                num_tokens=n, num_topk=k, flags=first, active_ranks=act_ptr,
-                timeout_us=call_timeout, out=out.data_ptr(), stream=self._stream(device))
-            _c.check(self._lib.ep_combine(buf, ctypes.byref(args)), what)
-            phase = self._ctypes_phase(self._lib.ep_combine, args, flags, device)
+    def _combined(self, r, x, topk_idx, topk_weights, src_info, layout_range, zero_copy,
+                  act, timeout, async_finish, return_recv_hook):
+        """The results of a combine made through mep.ep._ops (r: (rc, out)),
+        as low_latency_combine returns them. Reads no tensor attribute but
+        for a hook (see ops.cpp: Fast)."""
+        rc, out = r
+        if rc:
+            _c.check(rc, f"low_latency_combine of {topk_idx.shape[0]} tokens (rank "
+                         f"{self.rank} of {self.group_size})")
         keep = (x, topk_idx, topk_weights, src_info, layout_range, act, out)
         hook = None
         if return_recv_hook:
-            hook = self._recv_hook(phase, what, keep, lambda: None)
-        return out, self._event(async_finish, device, keep), hook
+            ops, buf = _ops_lookup()[0], self._buf.value
+            xptr = self._lib.ep_combine_buffer(buf) if zero_copy else x.data_ptr()
+            flags = (_c.ZERO_COPY if zero_copy else 0) | _c.RECV
+
+            def phase():
+                return ops.combine_into(buf, xptr, topk_idx, topk_weights, src_info,
+                                        layout_range, out, flags, act, timeout)
+            hook = self._recv_hook(phase, f"low_latency_combine (rank {self.rank})", keep)
+        return out, self._event(async_finish, self._params[3], keep), hook
 
     # DeepEP's mask buffer: a masked rank is one mep has made inactive
     # (active_ranks == 0): calls neither wait for it nor send to it.
@@ -1135,6 +1187,7 @@ class Buffer:
         lib = self._lib
         if lib is None:
             return
+        self._fast = None
         if self._buf is not None:
             lib.ep_buffer_destroy(self._buf)
             self._buf = None

@@ -53,7 +53,8 @@ class DispatchArgs(ctypes.Structure):
                 ("flags", ctypes.c_uint), ("active_ranks", _vp),
                 ("timeout_us", ctypes.c_int64), ("recv_x", _vp),
                 ("recv_scales", _vp), ("recv_src_info", _vp),
-                ("recv_layout_range", _vp), ("recv_count", _vp), ("stream", _vp)]
+                ("recv_layout_range", _vp), ("recv_count", _vp), ("stream", _vp),
+                ("recv_stats", _vp)]
 
 
 class CombineArgs(ctypes.Structure):
