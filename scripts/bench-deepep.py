@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -185,41 +184,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--ranks", type=int, default=2, help="processes, one per GPU (default 2)")
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per rank (default 128)")
-    ap.add_argument("--experts", type=int, default=256, help="experts (default 256)")
-    ap.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
-    ap.add_argument("--hidden", default="7168,4096", help="hidden sizes (default 7168,4096)")
-    ap.add_argument("--iters", type=int, default=300, help="timed calls (default 300)")
-    ap.add_argument("--warmup", type=int, default=30, help="warm-up calls (default 30)")
+    be = _bench_ep_eager()
+    be.add_setting_args(ap, 2)
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args()
     import torch
-    import torch.multiprocessing as mp
     if torch.cuda.device_count() < args.ranks:
         print(f"bench-deepep: {args.ranks} ranks need {args.ranks} GPUs, "
               f"{torch.cuda.device_count()} here", file=sys.stderr)
         return 77
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    store = tempfile.NamedTemporaryFile(delete=False).name
-    os.unlink(store)
-    procs = [ctx.Process(target=rank_main, args=(r, args.ranks, store, args, q))
-             for r in range(args.ranks)]
-    for p in procs:
-        p.start()
-    rows, problems = [], []
-    try:
-        for _ in procs:
-            r, p = q.get(timeout=600)
-            rows += r
-            problems += p
-    finally:
-        for p in procs:
-            p.join(60)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    got, ok = be.spawn(rank_main, args, timeout=600)
+    rows = [r for part, _ in got for r in part]
+    problems = [p for _, part in got for p in part]
     print(f"{torch.cuda.get_device_name(0)} x {args.ranks}, {args.tokens} tokens per rank, "
           f"top-{args.topk} of {args.experts} experts; slowest rank's median per call")
     print(table(rows))
@@ -230,8 +206,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(rows=rows, problems=problems), f, indent=1)
-    failed = [p.exitcode for p in procs if p.exitcode != 0]
-    return 1 if problems or failed else 0
+    return 1 if problems or not ok else 0
 
 
 if __name__ == "__main__":

@@ -138,31 +138,26 @@ def dispatch_parts(buf, x, idx, T, E, world):
              " one launch": lambda: torch.cuda._sleep(1)}
     if ops is not None:
         parts[" _ops.dispatch"] = lambda: ops.dispatch(
-            buf._buf.value, x, idx, local, world, T, _c.FP8, None, 0)
+            buf._buf.value, x, idx, local, world, T, _c.FP8, None, 0, None)
     return parts
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--ranks", type=int, default=1, help="processes (default 1)")
+def add_setting_args(ap, ranks):
+    """The options of the setting, shared with scripts/bench-deepep.py."""
+    ap.add_argument("--ranks", type=int, default=ranks, help=f"processes (default {ranks})")
     ap.add_argument("--tokens", type=int, default=128, help="tokens per rank (default 128)")
     ap.add_argument("--experts", type=int, default=256, help="experts (default 256)")
     ap.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
     ap.add_argument("--hidden", default="7168,4096", help="hidden sizes (default 7168,4096)")
     ap.add_argument("--iters", type=int, default=300, help="timed calls (default 300)")
     ap.add_argument("--warmup", type=int, default=30, help="warm-up calls (default 30)")
-    ap.add_argument("--profile", action="store_true", help="print cProfile's top entries")
-    ap.add_argument("--parts", action="store_true",
-                    help="also time a dispatch's pieces on rank 0")
-    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    args = ap.parse_args()
-    import torch
+
+
+def spawn(rank_main, args, timeout=900):
+    """Runs rank_main(rank, world, store_path, args, queue) in args.ranks
+    processes (spawned; each puts one result on the queue); returns the
+    results and whether every process exited 0. Every process is reaped."""
     import torch.multiprocessing as mp
-    if not torch.cuda.is_available():
-        print("bench-ep-eager: no CUDA device", file=sys.stderr)
-        return 77
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     store = tempfile.NamedTemporaryFile(delete=False).name
@@ -171,12 +166,35 @@ def main():
              for r in range(args.ranks)]
     for p in procs:
         p.start()
-    rows = []
-    for _ in procs:
-        rows += q.get(timeout=900)
-    for p in procs:
-        p.join(60)
-    bad = [p.exitcode for p in procs if p.exitcode != 0]
+    got = []
+    try:
+        for _ in procs:
+            got.append(q.get(timeout=timeout))
+    finally:
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return got, all(p.exitcode == 0 for p in procs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    add_setting_args(ap, 1)
+    ap.add_argument("--profile", action="store_true", help="print cProfile's top entries")
+    ap.add_argument("--parts", action="store_true",
+                    help="also time a dispatch's pieces on rank 0")
+    ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    args = ap.parse_args()
+    import torch
+    if not torch.cuda.is_available():
+        print("bench-ep-eager: no CUDA device", file=sys.stderr)
+        return 77
+    got, ok = spawn(rank_main, args)
+    rows = [r for part in got for r in part]
     print(f"{'call':14} {'hidden':>6} {'rank':>4} {'eager us':>9} {'host us':>8} "
           f"{'graph us':>9}")
     for r in sorted(rows, key=lambda r: (r["hidden"], r["call"], r["rank"])):
@@ -192,7 +210,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    return 1 if bad else 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
