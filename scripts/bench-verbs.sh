@@ -3,7 +3,10 @@
 # one run: bandwidth of 64 MiB puts (mep-plugin-check --bench) against
 # ib_write_bw with 64 MiB messages, and the 8-byte put+signal round trip
 # against ib_write_lat's (perftest reports half a round trip; it is doubled
-# here, so both columns are round trips). Each is run REPEAT times (default
+# here, so both columns are round trips), and both against the raw verbs
+# floor of tests/verbs/verbs_floor.c: the same ping-pong with one WRITE per
+# message, and with the two a one-sided put+signal needs (the data, then
+# the flag word). Each is run REPEAT times (default
 # 5), interleaved, and the medians are printed as a markdown table ready
 # for docs/perf.md. perftest reports MB/s of 2^20 bytes; the table is in
 # GB/s of 10^9 bytes, as mep-plugin-check prints.
@@ -22,6 +25,7 @@ dev=${BENCH_DEVICE:-$(ls /sys/class/infiniband | head -1)}
 gid=${BENCH_GID_INDEX:-1}
 check=build/tools/plugin-check/mep-plugin-check
 verbs=build/plugins/verbs/libmep-transport-verbs.so
+floor=build/tests/verbs/verbs_floor
 export MEP_VERBS_DEVICE=$dev
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -38,9 +42,11 @@ perftest() {
   wait "$srv" || true
 }
 
-pl=(); pb=(); ml=(); mb=()
+pl=(); pb=(); ml=(); mb=(); f1=(); f2=()
 for ((i = 0; i < repeat; i++)); do
   pl+=("$(perftest ib_write_lat -s 8 -n 5000 | awk '{print 2 * $5}')")
+  f1+=("$("$floor" 1 5000 "$dev" "$gid")")
+  f2+=("$("$floor" 2 5000 "$dev" "$gid")")
   pb+=("$(perftest ib_write_bw -s 67108864 -n 8 | awk '{printf "%.4f", $4 * 1048576 / 1e9}')")
   out=$("$check" --bench --iters 5000 --iters-bw 8 "$verbs")
   ml+=("$(awk '$1 == "latency" {print $4}' <<<"$out")")
@@ -48,14 +54,16 @@ for ((i = 0; i < repeat; i++)); do
 done
 PL=$(printf '%s\n' "${pl[@]}" | median); PB=$(printf '%s\n' "${pb[@]}" | median)
 ML=$(printf '%s\n' "${ml[@]}" | median); MB=$(printf '%s\n' "${mb[@]}" | median)
+F1=$(printf '%s\n' "${f1[@]}" | median); F2=$(printf '%s\n' "${f2[@]}" | median)
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 cat <<TABLE
 | measure | mep verbs | perftest on $dev | ratio | target |
 | --- | --- | --- | --- | --- |
 | bandwidth, 64 MiB puts (GB/s) | $MB | ib_write_bw -s 64M -n 8: $PB | $(ratio "$MB" "$PB") (mep/perftest) | >= 0.8 |
 | 8 B put+signal round trip (us, median) | $ML | ib_write_lat -s 8, 2 x typical: $PL | $(ratio "$ML" "$PL") (mep/perftest) | <= 1.5 |
+| the same against raw verbs (us, median) | $ML | verbs_floor, 1 WRITE: $F1; WRITE + flag WRITE: $F2 | $(ratio "$ML" "$F2") (mep/2 WRITEs); $(ratio "$F2" "$F1") (2 WRITEs/1) | - |
 
-runs: $repeat each, interleaved; all samples: ib_write_bw ${pb[*]} GB/s; mep ${mb[*]} GB/s; ib_write_lat (round trip) ${pl[*]} us; mep ${ml[*]} us
+runs: $repeat each, interleaved; all samples: ib_write_bw ${pb[*]} GB/s; mep ${mb[*]} GB/s; ib_write_lat (round trip) ${pl[*]} us; mep ${ml[*]} us; verbs_floor 1 WRITE ${f1[*]} us; 2 WRITEs ${f2[*]} us
 TABLE
 
 # The core over verbs and over tcp on the same machine, same run: time per
