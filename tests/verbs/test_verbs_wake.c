@@ -3,17 +3,16 @@
  * a put+signal (needs an RDMA device: run-vm.sh runs it in the VM).
  *
  * Two processes, as the core drives the plugin: rank 1 polls until idle,
- * then sleeps on props.event_fd as the core does (docs/verbs.md: signals
- * carry an immediate only while the peer may sleep). Rank 0 waits half a
+ * then sleeps on props.event_fd as the core does. Rank 0 waits half a
  * second, polling or itself asleep on its event fd by turns, then puts 8
- * bytes and signals, and then stays still (no poll(), whose own wake-up
- * words would wake rank 1 too) until rank 1 answers. Rank 1 must really
+ * bytes and signals, and then stays still (no poll(): rank 1 is to be
+ * woken by the signal alone) until rank 1 answers. Rank 1 must really
  * have slept (a wait on the fd that blocked) and must see the signal, with
  * the put's bytes before it, well before its wait's own timeout: a lost
- * wake-up shows as that timeout (a plugin whose SETs never carry the
- * immediate fails here).
- * Then a ping-pong of put+signal checks the polling path (plain WRITEs)
- * with the same ordering check.
+ * wake-up shows as that timeout (a plugin whose signals do not complete on
+ * the sleeper's queues fails here).
+ * Then a ping-pong of put+signal checks the polling path with the same
+ * ordering check.
  */
 #include <errno.h>
 #include <fcntl.h>
