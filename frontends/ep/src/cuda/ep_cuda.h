@@ -51,8 +51,8 @@ typedef struct mep__ep_kcommon {
   int32_t *active;           /* device [ranks], the call's */
   uint64_t timeout_ns;
   /* the receive is launched as a programmatic dependent of the send of
-   * the same call (both phases, sm_90 and later): it
-   * starts while the send still runs (see ep_dev.cuh, ep_early_start) */
+   * the same call (both phases, sm_90 and later): it starts while the
+   * send still runs (see ep_dev.cuh, ep_early_start) */
   int early_recv;
   /* MEP_EP_TRACE=1: %globaltimer stamps of each block of the last call
    * of each kind, [kind][MEP__EP_TRACE_BLOCKS][4] (start, waited or work

@@ -270,7 +270,8 @@ __device__ __forceinline__ void ep_after_send(void) {
  * holding "::dispatch" or "::combine", as DeepEP's kernels do. Its tools
  * (and users' scripts) look kernels up by those words, expect one name
  * per operation, and split a call's launches into send and receive by
- * count, as DeepEP launches one kernel per phase too. */
+ * count, as DeepEP's kernel is launched once per phase with hooks (without
+ * hooks DeepEP launches it once, mep still twice: docs/ep.md). */
 
 /* Queues `kernel` (`smem` bytes of dynamic shared memory), as a
  * programmatic dependent of the kernel before it when `early` (a receive
