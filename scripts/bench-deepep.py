@@ -125,10 +125,7 @@ def rank_main(rank, world, store_path, args, q):
     T, E, K = args.tokens, args.experts, args.topk
     rows, problems = [], []
     for hidden in [int(h) for h in args.hidden.split(",")]:
-        g = torch.Generator(device="cpu").manual_seed(11 + rank)
-        x = torch.randn(T, hidden, generator=g).to(torch.bfloat16).cuda()
-        idx = torch.topk(torch.rand(T, E, generator=g), K, dim=-1).indices.cuda()
-        w = torch.rand(T, K, generator=g).cuda()
+        x, idx, w, g = be.inputs(rank, T, hidden, E, K, 11)
         hint = deep_ep.Buffer.get_low_latency_rdma_size_hint(T, hidden, world, E)
         libs = {
             "mep": mep.ep.Buffer(dist.group.WORLD, 0, hint, low_latency_mode=True,
@@ -139,14 +136,7 @@ def rank_main(rank, world, store_path, args, q):
         bad, exact = check(libs, x, idx, w, T, E, world)
         problems += [f"rank {rank}, hidden {hidden}: {p}" for p in bad]
         for name, buf in libs.items():
-            _, _, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
-            y = torch.randn(E // world, world * T, hidden, generator=g).to(torch.bfloat16).cuda()
-            calls = {
-                "dispatch FP8": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=True),
-                "dispatch BF16": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=False),
-                "combine": lambda: buf.low_latency_combine(y, idx, w, handle),
-            }
-            for call, fn in calls.items():
+            for call, fn in be.calls_of(buf, x, idx, w, T, E, world, g).items():
                 dist.barrier()
                 eager = be.timed_events(fn, args.warmup, args.iters)
                 dist.barrier()

@@ -76,6 +76,31 @@ def profile(fn, calls=200, top=18):
     return s.getvalue()
 
 
+def inputs(rank, T, hidden, E, K, seed):
+    """One rank's tokens x [T, hidden] bf16, top-K of E experts and their
+    weights, on the current GPU, and the generator they came from."""
+    import torch
+    g = torch.Generator(device="cpu").manual_seed(seed + rank)
+    x = torch.randn(T, hidden, generator=g).to(torch.bfloat16).cuda()
+    idx = torch.topk(torch.rand(T, E, generator=g), K, dim=-1).indices.cuda()
+    w = torch.rand(T, K, generator=g).cuda()
+    return x, idx, w, g
+
+
+def calls_of(buf, x, idx, w, T, E, world, g):
+    """The calls timed on buf (a mep.ep or deep_ep Buffer): FP8 and BF16
+    dispatch, and combine of random expert outputs (g draws them) with
+    the handle of a BF16 dispatch made here."""
+    import torch
+    _, _, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
+    y = torch.randn(E // world, world * T, x.shape[1], generator=g).to(torch.bfloat16).cuda()
+    return {
+        "dispatch FP8": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=True),
+        "dispatch BF16": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=False),
+        "combine": lambda: buf.low_latency_combine(y, idx, w, handle),
+    }
+
+
 def rank_main(rank, world, store_path, args, out):
     import torch
     import torch.distributed as dist
@@ -87,21 +112,11 @@ def rank_main(rank, world, store_path, args, out):
     T, E, K = args.tokens, args.experts, args.topk
     rows = []
     for hidden in [int(h) for h in args.hidden.split(",")]:
-        g = torch.Generator(device="cpu").manual_seed(7 + rank)
-        x = torch.randn(T, hidden, generator=g).to(torch.bfloat16).cuda()
-        idx = torch.topk(torch.rand(T, E, generator=g), K, dim=-1).indices.cuda()
-        w = torch.rand(T, K, generator=g).cuda()
+        x, idx, w, g = inputs(rank, T, hidden, E, K, 7)
         hint = Buffer.get_low_latency_rdma_size_hint(T, hidden, world, E)
         buf = Buffer(dist.group.WORLD, 0, hint, low_latency_mode=True,
                      num_qps_per_rank=E // world)
-        _, _, handle, _, _ = buf.low_latency_dispatch(x, idx, T, E, use_fp8=False)
-        y = torch.randn(E // world, world * T, hidden, generator=g).to(torch.bfloat16).cuda()
-        calls = {
-            "dispatch fp8": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=True),
-            "dispatch bf16": lambda: buf.low_latency_dispatch(x, idx, T, E, use_fp8=False),
-            "combine": lambda: buf.low_latency_combine(y, idx, w, handle),
-        }
-        for name, fn in calls.items():
+        for name, fn in calls_of(buf, x, idx, w, T, E, world, g).items():
             dist.barrier()
             row = {"rank": rank, "hidden": hidden, "call": name}
             row["eager_us"] = timed_events(fn, args.warmup, args.iters)
