@@ -7,8 +7,9 @@
 #   3. scripts/bench-deepep.py: both libraries on the same inputs, outputs
 #      compared, time per call (eager and CUDA graph) as a table;
 #   4. with --intranode, DeepEP's tests/test_intranode.py likewise (its
-#      normal mode) on each library.
-# Usage: scripts/deepep-side-by-side.sh DEEPEP_DIR [--ranks N] [--intranode]
+#      normal mode) on each library; --no-ll leaves out 2 and 3 (the
+#      low-latency mode's test and benchmark).
+# Usage: scripts/deepep-side-by-side.sh DEEPEP_DIR [--ranks N] [--intranode] [--no-ll]
 #                                       [--no-build | --build-only]
 # DeepEP is not part of mep: DEEPEP_DIR is a checkout of it, copied to
 # ${DEEPEP_BUILD:-/tmp/deepep-build} (the checkout is not touched) and built
@@ -26,11 +27,12 @@
 # NVSHMEM_REMOTE_TRANSPORT=none. Logs go to ${OUT:-/tmp/mep-deepep}.
 # Prints one line per step and "N passed, N failed"; exits 1 on a failure.
 set -uo pipefail
-src='' ranks=2 intranode=0 build=1
+src='' ranks=2 intranode=0 ll=1 build=1
 while [ $# -gt 0 ]; do
   case $1 in
   --ranks) ranks=$2; shift ;;
   --intranode) intranode=1 ;;
+  --no-ll) ll=0 ;;
   --no-build) build=0 ;;
   --build-only) build=2 ;;
   -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
@@ -91,10 +93,12 @@ sed -i 's/^import deep_ep$/import mep.ep as deep_ep/' "$tests"/test_*.py
 grep -q '^import mep.ep as deep_ep$' "$tests/test_low_latency.py" ||
   { echo "deepep-side-by-side.sh: no 'import deep_ep' line in test_low_latency.py"; exit 1; }
 args=(--num-processes "$ranks" --num-tokens 128 --hidden 7168 --num-topk 8 --num-experts 256)
-step ll-deepep 300 env -C "$work/tests" PYTHONPATH="$work" python3 test_low_latency.py "${args[@]}"
-step ll-mep 300 env -C "$tests" PYTHONPATH="$mep_py" python3 test_low_latency.py "${args[@]}"
-step bench-deepep 400 env PYTHONPATH="$work:$mep_py" python3 scripts/bench-deepep.py \
-  --ranks "$ranks" --json "$out/bench-deepep.json"
+if [ $ll = 1 ]; then
+  step ll-deepep 300 env -C "$work/tests" PYTHONPATH="$work" python3 test_low_latency.py "${args[@]}"
+  step ll-mep 300 env -C "$tests" PYTHONPATH="$mep_py" python3 test_low_latency.py "${args[@]}"
+  step bench-deepep 400 env PYTHONPATH="$work:$mep_py" python3 scripts/bench-deepep.py \
+    --ranks "$ranks" --json "$out/bench-deepep.json"
+fi
 if [ $intranode = 1 ]; then
   step intranode-deepep 300 env -C "$work/tests" PYTHONPATH="$work" \
     python3 test_intranode.py --num-processes "$ranks"
@@ -102,7 +106,7 @@ if [ $intranode = 1 ]; then
     python3 test_intranode.py --num-processes "$ranks"
 fi
 for f in ll-deepep ll-mep intranode-deepep intranode-mep; do
-  [ -f "$out/$f.log" ] && { echo "== $f: timing lines"; grep -E "bandwidth|time|avg_t" "$out/$f.log" | head -20; }
+  [ -f "$out/$f.log" ] && { echo "== $f: timing lines"; grep -E "bandwidth|time|avg_t|tuning|layout" "$out/$f.log" | head -80; }
 done
 [ -f "$out/bench-deepep.log" ] && cat "$out/bench-deepep.log"
 echo "$pass passed, $fail failed"

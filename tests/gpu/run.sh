@@ -2,10 +2,11 @@
 # Builds mep with CUDA on a GPU machine and runs every GPU test, then the
 # CUDA benchmark against NCCL when two GPUs are present. One script, so a
 # lent machine does it all in one go:
-#   tests/gpu/run.sh [--build] [--tests] [--python] [--ep] [--probe]
+#   tests/gpu/run.sh [--build] [--tests] [--python] [--ep] [--normal] [--probe]
 # (none: all but --probe; --build: only the build; --tests: the C tests;
 # --python: the PyTorch backend's test and the benchmark; --ep: the device
-# window's and the EP frontend's tests and benchmarks; --probe: the CUDA
+# window's and the EP frontend's tests and benchmarks; --normal: the EP
+# normal mode's tests on CUDA; --probe: the CUDA
 # collectives' timing probe; a lent machine runs 10 minutes a call)
 # inih comes from .carry/inih (scripts/carry-inih.sh) where the system has
 # none, rdma-core from .carry/rdma (scripts/carry-rdma.sh). Logs and
@@ -17,12 +18,12 @@ cd "$(dirname "$0")/../.."
 phases=
 for a in "$@"; do
   case $a in
-  --build | --tests | --python | --ep | --probe) phases="$phases ${a#--}" ;;
+  --build | --tests | --python | --ep | --normal | --probe) phases="$phases ${a#--}" ;;
   -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
-[ -n "$phases" ] || phases="tests python ep"
+[ -n "$phases" ] || phases="tests python ep normal"
 want() { case " $phases " in *" $1 "*) return 0 ;; esac; return 1; }
 out=${OUT:-/tmp/mep-gpu}
 mkdir -p "$out"
@@ -182,6 +183,19 @@ if want ep; then
     # over sockets
     t bench-ep-hosts 300 python3 scripts/bench-ep.py --hosts --json "$out/bench-ep-hosts.json"
     [ -f "$out/bench-ep-hosts.log" ] && cat "$out/bench-ep-hosts.log"
+  fi
+fi
+if want normal; then
+  # the EP normal mode on the CUDA path: test_ep_normal.py's checks on CUDA
+  # tensors (2, 3 and 4 ranks over the GPUs there are, ranks killed in a
+  # dispatch), and over the proxy (tcp)
+  py_normal=(python3 -m pytest -x -q -p no:cacheprovider tests/ep/python/test_ep_normal.py)
+  t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" -k "roundtrip or killed"
+  t ep-normal-cuda-tcp 300 env MEP_TEST_EP_DEVICE=cuda MEP_TRANSPORTS=tcp \
+    "${py_normal[@]}" -k "roundtrip and 2 or killed and 3-1"
+  if [ "$ngpu" -ge 2 ]; then
+    t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --json "$out/bench-ep-normal.json"
+    [ -f "$out/bench-ep-normal.log" ] && cat "$out/bench-ep-normal.log"
   fi
 fi
 if want probe; then

@@ -26,47 +26,24 @@
  * bytes, a multiple of 16) | scales (4 bytes each) | pad to 8 | topk_idx
  * int64 [K] | topk_weights float [K]], padded to 16 bytes. A combine
  * message: [bf16 row | float weights [K]], padded to 16 bytes. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ep_fp8.h"
 #include "ep_util.h"
+#include "ep_normal.h"
 #include "layout.h"
 #include "mep/ep.h"
 
 #define INVALID(...) mep_set_error(MEP_ERR_INVALID, 0, __VA_ARGS__)
-#define NALIGN 64u
-#define PAGE 4096u
-#define CW_HDR 5 /* status, num_tokens, num_experts, dmsg, cmsg */
+#define NALIGN MEP__EPN_ALIGN
+#define PAGE MEP__EPN_PAGE
+#define CW_HDR MEP__EPN_CW_HDR
 
-typedef struct nlay {
-  int R;
-  uint64_t cw; /* bytes of one count slot */
-  uint64_t nsig, dsig, csig, cnt, cnt_stage, head; /* head: bytes before the
-                                                    * data areas */
-  uint64_t pair, drecv, crecv, dstage, cstage, total;
-} nlay_t;
+typedef mep__epn_lay_t nlay_t;
 
-struct mep_ep_normal {
-  mep_comm_t *comm;
-  int rank, size;
-  mep_ep_normal_config_t cfg;
-  int64_t timeout_us;
-  nlay_t lay;
-  void *mem;
-  mep_region_t *region;
-  int32_t *active;
-  uint64_t nseq, dseq, cseq;
-  /* from the last notify, for the dispatch that follows it */
-  int notified;
-  int32_t *counts;     /* [R][R]: tokens source s sends rank r */
-  int32_t *src_tokens; /* [R]: num_tokens of each source */
-  int32_t *work;       /* [R][R]: a cached dispatch's or a combine's */
-  int32_t *itr_count;  /* [R] scratch */
-  int32_t *agreed;     /* [R] scratch of agree() */
-};
-
-static uint64_t al(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+static uint64_t al(uint64_t v, uint64_t a) { return mep__epn_al(v, a); }
 
 static void layout_head(nlay_t *l, int R) {
   uint64_t r = (uint64_t)R, off = 0;
@@ -96,18 +73,9 @@ static void layout_data(nlay_t *l, uint64_t P) {
   l->total = l->cstage + r * P;
 }
 
-static uint64_t dmsg_bytes(int hidden, int es, int scales, int k) {
-  uint64_t xb = al((uint64_t)hidden * (uint64_t)es, 16);
-  uint64_t idx = al(16 + xb + 4 * (uint64_t)scales, 8);
-  return al(idx + 12 * (uint64_t)k, 16);
-}
-static uint64_t dmsg_idx_off(int hidden, int es, int scales) {
-  return al(16 + al((uint64_t)hidden * (uint64_t)es, 16) +
-                4 * (uint64_t)scales, 8);
-}
-static uint64_t cmsg_bytes(int hidden, int k) {
-  return al(2 * (uint64_t)hidden + 4 * (uint64_t)k, 16);
-}
+#define dmsg_bytes mep__epn_dmsg_bytes
+#define dmsg_idx_off mep__epn_dmsg_idx_off
+#define cmsg_bytes mep__epn_cmsg_bytes
 
 /* num_bytes for pairs of P bytes with R ranks. */
 static uint64_t need_bytes(int R, uint64_t P) {
@@ -132,6 +100,22 @@ size_t mep_ep_normal_size_hint(int num_ranks, int tokens_per_pair, int hidden,
   return (size_t)need_bytes(num_ranks, m * (uint64_t)tokens_per_pair);
 }
 
+/* Frees what create made (any part may be missing). */
+static void free_normal(mep_ep_normal_t *b) {
+#ifdef MEP_HAVE_CUDA
+  mep__epn_cuda_destroy(b);
+#endif
+  if (b->region) (void)mep_region_deregister(b->region);
+  free(b->mem);
+  free(b->active);
+  free(b->counts);
+  free(b->src_tokens);
+  free(b->itr_count);
+  free(b->work);
+  free(b->agreed);
+  free(b);
+}
+
 int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
                          mep_ep_normal_t **out) {
   const char *fn = "mep_ep_normal_create";
@@ -146,11 +130,14 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
   if (cfg->flags & ~(MEP_EP_HOST | MEP_EP_CUDA))
     return INVALID("%s: flags 0x%x has unknown bits 0x%x", fn, cfg->flags,
                    cfg->flags & ~(MEP_EP_HOST | MEP_EP_CUDA));
+  if (cfg->flags != MEP_EP_HOST && cfg->flags != MEP_EP_CUDA)
+    return INVALID("%s: flags 0x%x must be MEP_EP_HOST or MEP_EP_CUDA", fn,
+                   cfg->flags);
+#ifndef MEP_HAVE_CUDA
   if (cfg->flags == MEP_EP_CUDA)
-    return mep_set_error(MEP_ERR_UNSUPPORTED, 0, "%s: the normal mode has "
-                         "only the CPU path (MEP_EP_HOST) so far", fn);
-  if (cfg->flags != MEP_EP_HOST)
-    return INVALID("%s: flags 0x%x must be MEP_EP_HOST", fn, cfg->flags);
+    return mep_set_error(MEP_ERR_UNSUPPORTED, 0, "%s: MEP_EP_CUDA: this "
+                         "libmep_ep was built without CUDA", fn);
+#endif
   int R = mep_comm_size(comm);
   mep_ep_normal_t *b = calloc(1, sizeof *b);
   if (!b)
@@ -175,7 +162,11 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
   uint64_t P = (cfg->num_bytes - b->lay.head) / (6 * (uint64_t)R);
   layout_data(&b->lay, P / NALIGN * NALIGN);
   size_t rr = (size_t)R;
-  b->mem = aligned_alloc(PAGE, (size_t)al(b->lay.total, PAGE));
+  /* the CUDA path's data areas are in its device window; the host region
+   * carries the count exchange only */
+  int cuda = cfg->flags == MEP_EP_CUDA;
+  size_t host_bytes = (size_t)al(cuda ? b->lay.head : b->lay.total, PAGE);
+  b->mem = aligned_alloc(PAGE, host_bytes);
   b->active = malloc(rr * sizeof(int32_t));
   b->counts = malloc(rr * rr * sizeof(int32_t));
   b->src_tokens = malloc(rr * sizeof(int32_t));
@@ -185,8 +176,8 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
   int rc = 0;
   if (!b->mem || !b->active || !b->counts || !b->src_tokens ||
       !b->itr_count || !b->work || !b->agreed)
-    rc = mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for the %llu bytes "
-                       "of the buffer", fn, (unsigned long long)b->lay.total);
+    rc = mep_set_error(MEP_ERR_NOMEM, 0, "%s: no memory for the %zu bytes "
+                       "of the buffer", fn, host_bytes);
   if (!rc) {
     memset(b->mem, 0, (size_t)b->lay.head); /* signal words: "nothing yet" */
     uint8_t *act = malloc((size_t)mep_comm_max_size(comm) + 1);
@@ -199,21 +190,17 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
     }
   }
   if (!rc) {
-    rc = mep_region_register(comm, b->mem, (size_t)al(b->lay.total, PAGE),
-                             MEP_MEM_HOST, &b->region);
+    rc = mep_region_register(comm, b->mem, host_bytes, MEP_MEM_HOST,
+                             &b->region);
     if (rc && rc != MEP_ERR_NOMEM)
-      rc = mep_set_error(rc, 1, "%s: registering the %llu-byte buffer", fn,
-                         (unsigned long long)b->lay.total);
+      rc = mep_set_error(rc, 1, "%s: registering the %zu-byte buffer", fn,
+                         host_bytes);
   }
+#ifdef MEP_HAVE_CUDA
+  if (!rc && cuda) rc = mep__epn_cuda_create(b);
+#endif
   if (rc) {
-    free(b->mem);
-    free(b->active);
-    free(b->counts);
-    free(b->src_tokens);
-    free(b->itr_count);
-    free(b->work);
-    free(b->agreed);
-    free(b);
+    free_normal(b);
     return rc;
   }
   *out = b;
@@ -223,20 +210,16 @@ int mep_ep_normal_create(mep_comm_t *comm, const mep_ep_normal_config_t *cfg,
 int mep_ep_normal_destroy(mep_ep_normal_t *b) {
   if (!b) return 0;
   (void)mep_flush(b->comm, (int)(b->timeout_us / 1000) + 1);
-  (void)mep_region_deregister(b->region);
-  free(b->mem);
-  free(b->active);
-  free(b->counts);
-  free(b->src_tokens);
-  free(b->itr_count);
-  free(b->work);
-  free(b->agreed);
-  free(b);
+  free_normal(b);
   return 0;
 }
 
 int32_t *mep_ep_normal_active_ranks(mep_ep_normal_t *b) {
-  return b ? b->active : NULL;
+  if (!b) return NULL;
+#ifdef MEP_HAVE_CUDA
+  if (b->cuda) return mep__epn_cuda_active(b);
+#endif
+  return b->active;
 }
 
 size_t mep_ep_normal_pair_bytes(const mep_ep_normal_t *b) {
@@ -400,6 +383,17 @@ static int check_pairs(const mep_ep_normal_t *b, const int32_t *counts,
                  (unsigned long long)need_bytes(R, worst));
 }
 
+/* The tokens this rank receives by counts fit the outputs' capacity: 0,
+ * or MEP_ERR_INVALID. */
+static int check_capacity(const mep_ep_normal_t *b, const int32_t *counts,
+                          int capacity, const char *fn) {
+  int64_t nrecv = 0;
+  for (int s = 0; s < b->size; s++) nrecv += counts[s * b->size + b->rank];
+  if (nrecv <= capacity) return 0;
+  return INVALID("%s: this rank receives %lld tokens; the outputs have room "
+                 "for recv_capacity %d", fn, (long long)nrecv, capacity);
+}
+
 #define NEED(p, what)                                                         \
   do {                                                                        \
     if (!(p)) return INVALID("%s: %s is NULL", fn, what);                     \
@@ -414,9 +408,8 @@ static int64_t call_timeout(mep_ep_normal_t *b, int64_t t) {
 
 /* ------------------------------------------------------------- notify */
 
-int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
+static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
   const char *fn = "mep_ep_notify_dispatch";
-  if (!b || !a) return INVALID("%s: %s is NULL", fn, !b ? "buf" : "args");
   if (a->struct_size < sizeof(mep_ep_notify_args_t))
     return INVALID("%s: args->struct_size %zu is less than "
                    "sizeof(mep_ep_notify_args_t) (%zu)", fn, a->struct_size,
@@ -569,6 +562,22 @@ int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
   return 0;
 }
 
+int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
+  if (!b || !a)
+    return INVALID("mep_ep_notify_dispatch: %s is NULL", !b ? "buf" : "args");
+#ifdef MEP_HAVE_CUDA
+  /* a CUDA buffer's own active ranks live on the device, where its
+   * kernels clear them; the exchange runs on the host */
+  if (b->cuda && !a->active_ranks) {
+    int rc = mep__epn_cuda_sync_active(b, b->active, 1);
+    if (!rc) rc = notify(b, a);
+    int rc2 = mep__epn_cuda_sync_active(b, b->active, 0);
+    return rc ? rc : rc2;
+  }
+#endif
+  return notify(b, a);
+}
+
 /* ----------------------------------------------------------- dispatch */
 
 /* Builds token t's message at m. */
@@ -632,6 +641,38 @@ static void unpack_dmsg(const mep_ep_normal_dispatch_args_t *a, int me, int L,
   }
 }
 
+#ifdef MEP_HAVE_CUDA
+static int32_t *call_active_dev(mep_ep_normal_t *b, int32_t *a) {
+  return a ? a : mep__epn_cuda_active(b);
+}
+
+/* The CUDA path's dispatch, after the common checks: the counts the host
+ * has (the notify's; a cached matrix is device memory the kernels read)
+ * size the outputs and the pairs. */
+static int cuda_dispatch(mep_ep_normal_t *b,
+                         const mep_ep_normal_dispatch_args_t *a,
+                         const char *fn) {
+  const int32_t *counts = NULL;
+  if (a->num_tokens > 0) NEED(a->send_head, "send_head (the CUDA path's "
+                                            "positions)");
+  if (!a->cached_rank_prefix_matrix) {
+    if (!b->notified)
+      return INVALID("%s: no mep_ep_notify_dispatch before this dispatch, "
+                     "and no cached_rank_prefix_matrix", fn);
+    counts = b->counts;
+    uint64_t dmsg = dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales,
+                               a->num_topk);
+    int rc = check_capacity(b, counts, a->recv_capacity, fn);
+    if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
+    if (rc) return rc;
+  }
+  b->notified = 0;
+  return mep__epn_cuda_dispatch(b, a, counts,
+                                call_active_dev(b, a->active_ranks),
+                                call_timeout(b, a->timeout_us));
+}
+#endif
+
 int mep_ep_normal_dispatch(mep_ep_normal_t *b,
                            const mep_ep_normal_dispatch_args_t *a) {
   const char *fn = "mep_ep_normal_dispatch";
@@ -675,6 +716,9 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
     if (K) NEED(a->recv_topk_idx, "recv_topk_idx");
     if (K) NEED(a->recv_topk_weights, "recv_topk_weights");
   }
+#ifdef MEP_HAVE_CUDA
+  if (b->cuda) return cuda_dispatch(b, a, fn);
+#endif
   const int32_t *rpm = a->cached_rank_prefix_matrix;
   int32_t *counts = rpm ? b->work : b->counts;
   if (rpm) {
@@ -702,14 +746,9 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
                      "%s says %d", fn, r, cnt[r],
                      rpm ? "cached rank_prefix_matrix" : "notify's counts",
                      counts[me * R + r]);
-  int64_t nrecv = 0;
-  for (int s = 0; s < R; s++) nrecv += counts[s * R + me];
-  if (nrecv > a->recv_capacity)
-    return INVALID("%s: this rank receives %lld tokens; the outputs have "
-                   "room for recv_capacity %d", fn, (long long)nrecv,
-                   a->recv_capacity);
   uint64_t dmsg = dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales, K);
-  int rc = check_pairs(b, counts, dmsg, fn, "tokens");
+  int rc = check_capacity(b, counts, a->recv_capacity, fn);
+  if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
   if (rc) return rc;
 
   int32_t *act = call_active(b, a->active_ranks);
@@ -820,10 +859,12 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
                           const mep_ep_normal_combine_args_t *a) {
   const char *fn = "mep_ep_normal_combine";
   if (!b || !a) return INVALID("%s: %s is NULL", fn, !b ? "buf" : "args");
-  if (a->struct_size < sizeof(mep_ep_normal_combine_args_t))
-    return INVALID("%s: args->struct_size %zu is less than "
-                   "sizeof(mep_ep_normal_combine_args_t) (%zu)", fn,
-                   a->struct_size, sizeof(mep_ep_normal_combine_args_t));
+  /* send_head came later: a struct without it is still taken */
+  size_t least = offsetof(mep_ep_normal_combine_args_t, send_head);
+  if (a->struct_size < least)
+    return INVALID("%s: args->struct_size %zu is less than %zu (the fields "
+                   "up to stream of mep_ep_normal_combine_args_t)", fn,
+                   a->struct_size, least);
   int R = b->size, me = b->rank, N = a->num_tokens, M = a->num_recv_tokens;
   int K = a->num_topk, H = a->hidden;
   if (N < 0 || M < 0)
@@ -839,10 +880,26 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
   if (M > 0) NEED(a->x, "x");
   if (M > 0 && K > 0) NEED(a->topk_weights, "topk_weights (num_topk > 0)");
   if (N > 0) {
-    NEED(a->is_token_in_rank, "is_token_in_rank");
+    if (!b->cuda) NEED(a->is_token_in_rank, "is_token_in_rank");
     NEED(a->combined_x, "combined_x");
     if (K) NEED(a->combined_topk_weights, "combined_topk_weights");
   }
+#ifdef MEP_HAVE_CUDA
+  if (b->cuda) {
+    if (N > 0 && a->struct_size < offsetof(mep_ep_normal_combine_args_t,
+                                           send_head) + sizeof a->send_head)
+      return INVALID("%s: args->struct_size %zu has no send_head, which the "
+                     "CUDA path needs", fn, a->struct_size);
+    if (N > 0) NEED(a->send_head, "send_head (the CUDA path's positions)");
+    int channels = a->struct_size >= offsetof(mep_ep_normal_combine_args_t,
+                                              num_channels) + sizeof(int)
+                       ? a->num_channels
+                       : 0;
+    return mep__epn_cuda_combine(b, a, channels,
+                                 call_active_dev(b, a->active_ranks),
+                                 call_timeout(b, a->timeout_us));
+  }
+#endif
   const int32_t *rpm = a->rank_prefix_matrix;
   int32_t *counts = b->work;
   for (int r = 0; r < R; r++)

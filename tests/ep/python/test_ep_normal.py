@@ -6,7 +6,12 @@ in order), local top-k indices and weights, num_worst_tokens, the cached
 mode, FP8 (codes and column-major scales), combine (unweighted sum over
 the ranks, plus bias, weights summed), zero and one token on a rank, odd
 counts, hidden 128, 2688 and 7168, DeepEP's own test_intranode checks, the
-buffer-too-small error; and a rank killed in the middle of a dispatch."""
+buffer-too-small error; and a rank killed in the middle of a dispatch.
+
+MEP_TEST_EP_DEVICE=cuda runs the same checks on the CUDA path (rank r on
+GPU r mod the GPUs; tests/gpu/run.sh --normal), the reference still
+numpy's, plus the cached dispatch and the combine replayed from a CUDA
+graph."""
 import os
 import signal
 import time
@@ -18,6 +23,22 @@ import torch.distributed as dist
 
 import eptest
 from eptest import Ranks, run_ranks
+
+CUDA = os.environ.get("MEP_TEST_EP_DEVICE", "cpu") == "cuda"
+
+
+def dev_of(rank):
+    """The device of a rank's tensors."""
+    if not CUDA:
+        return torch.device("cpu")
+    d = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(d)
+    return d
+
+
+def npy(t):
+    return t.cpu().numpy()
+
 
 # (tokens of rank 0, hidden, experts per rank, top-k, expert_alignment)
 CASES = [(6, 128, 2, 2, 1), (1, 256, 1, 1, 1), (17, 2688, 3, 4, 4), (9, 7168, 4, 8, 1),
@@ -76,16 +97,17 @@ def one_case(mep_ep, buf, rank, R, ci, fp8):
     data, H, L, K, align = case_data(ci, R)
     E = L * R
     x_np, idx_np, w_np = data[rank]
-    x = torch.from_numpy(x_np).to(torch.bfloat16)
-    idx, w = torch.from_numpy(idx_np), torch.from_numpy(w_np)
+    dev = dev_of(rank)
+    x = torch.from_numpy(x_np).to(torch.bfloat16).to(dev)
+    idx, w = torch.from_numpy(idx_np).to(dev), torch.from_numpy(w_np).to(dev)
 
     # layout
     ntr, ntrr, nte, itr, ev = buf.get_dispatch_layout(idx, E)
     want_ntr, want_nte, want_itr = ref_layout(idx_np, E, R)
     assert ntrr is None and isinstance(ev, mep_ep.EventOverlap)
     assert ntr.dtype == torch.int32 and nte.dtype == torch.int32 and itr.dtype == torch.bool
-    assert np.array_equal(ntr.numpy(), want_ntr) and np.array_equal(nte.numpy(), want_nte)
-    assert np.array_equal(itr.numpy(), want_itr)
+    assert np.array_equal(npy(ntr), want_ntr) and np.array_equal(npy(nte), want_nte)
+    assert np.array_equal(npy(itr), want_itr)
 
     if fp8:
         # DeepEP's test: per-token FP8 with column-major scales
@@ -124,32 +146,44 @@ def one_case(mep_ep, buf, rank, R, ci, fp8):
         rq, rs = recv
         assert rq.dtype == torch.float8_e4m3fn and rs.shape == (nrecv, H // 128)
         back = (rq.float().view(nrecv, H // 128, 128) * rs.unsqueeze(-1)).view(nrecv, H)
-        err = (back - torch.from_numpy(want_x)).abs()
+        err = (back.cpu() - torch.from_numpy(want_x)).abs()
         assert bool((err <= torch.from_numpy(np.abs(want_x)) / 16 + 1e-3).all())
     else:
         assert recv.dtype == torch.bfloat16 and recv.shape == (nrecv, H)
-        assert np.array_equal(recv.float().numpy(), want_x), "recv_x differs"
-    assert np.array_equal(src_idx.numpy(), np.concatenate(srcs).astype(np.int32))
+        assert np.array_equal(npy(recv.float()), want_x), "recv_x differs"
+    assert np.array_equal(npy(src_idx), np.concatenate(srcs).astype(np.int32))
     assert ridx.dtype == torch.int64 and ridx.shape == (nrecv, K)
-    assert np.array_equal(ridx.numpy(), np.concatenate(widx)), "recv_topk_idx"
-    assert np.array_equal(rw.numpy(), np.concatenate(ww)), "recv_topk_weights"
+    assert np.array_equal(npy(ridx), np.concatenate(widx)), "recv_topk_idx"
+    assert np.array_equal(npy(rw), np.concatenate(ww)), "recv_topk_weights"
     want_counts = [int(-(-c // align) * align) for c in per_exp]
     assert counts == want_counts, (counts, want_counts)
     # DeepEP's prefix matrix: [s][r] = tokens sources 0..s send rank r
     full = np.zeros((R, R), np.int64)
     for s in range(R):
         full[s] = ref_layout(data[s][1], E, R)[0]
-    assert np.array_equal(rpm.numpy(), np.cumsum(full, 0)), "rank_prefix_matrix"
+    assert np.array_equal(npy(rpm), np.cumsum(full, 0)), "rank_prefix_matrix"
     assert [int(rpm[s, rank]) for s in range(R)] == bounds
     C = mep_ep.Buffer.num_sms // 2
     assert cpm.shape == (R, C) and rcpm.shape == (R, C) and send_head.shape == (x.shape[0], R)
     assert h_itr is itr
+    # the channel matrices: DeepEP's channels are ranges of ceil(N / C)
+    # tokens; cpm[r][c] counts this rank's tokens to r in channels 0..c,
+    # rcpm[s][c] is where source s's channel c starts here
+    for r in range(R):
+        ends = [min((c + 1) * -(-x.shape[0] // C), x.shape[0]) for c in range(C)]
+        assert npy(cpm)[r].tolist() == [int(want_itr[:e, r].sum()) for e in ends]
+    for s in range(R):
+        toks, first = srcs[s], (bounds[s - 1] if s else 0)
+        ns = tokens_of(CASES[ci][0], s)
+        starts = [min(c * -(-ns // C), ns) for c in range(C)]
+        want = [first + int(np.searchsorted(toks, lo)) for lo in starts]
+        assert npy(rcpm)[s].tolist() == want, f"recv_channel_prefix_matrix row {s}"
     # send_head: the row each token takes on each rank
     for r in range(R):
         before = int(rpm[rank - 1, r]) if rank else 0
         pos = np.cumsum(want_itr[:, r]) - 1 + before
         want = np.where(want_itr[:, r], pos, -1)
-        assert np.array_equal(send_head[:, r].numpy(), want), \
+        assert np.array_equal(npy(send_head[:, r]), want), \
             f"send_head to {r}: {send_head[:, r].tolist()} want {want.tolist()} (case {ci})"
 
     # num_worst_tokens: padded outputs, an empty list
@@ -177,33 +211,49 @@ def one_case(mep_ep, buf, rank, R, ci, fp8):
     rx = recv[0].float() * recv[1].repeat_interleave(128, 1) if fp8 else recv.float()
     y = expert_fn(rank, rx).to(torch.bfloat16)
     bias = torch.from_numpy((np.arange(x.numel()) % 3).reshape(x.shape).astype(np.float32))
-    bias = bias.to(torch.bfloat16)
+    bias = bias.to(torch.bfloat16).to(dev)
     combined, cw, ev = buf.combine(y, handle, topk_weights=rw, bias=(bias, None))
     if not fp8:
-        acc = bias.float().numpy().copy()
+        acc = npy(bias.float()).copy()
         for r in range(R):
             acc += np.where(want_itr[:, r:r + 1], expert_fn(r, x_np), 0)
-        assert np.array_equal(combined.float().numpy(), bf16_round(acc)), "combined_x"
+        assert np.array_equal(npy(combined.float()), bf16_round(acc)), "combined_x"
     assert cw.shape == (x.shape[0], K)
     want_w = np.where(idx_np >= 0, w_np, 0)
-    assert np.array_equal(cw.numpy(), want_w), \
-        f"combined weights (case {ci}, fp8 {fp8}): {cw.numpy()} want {want_w}, idx {idx_np}"
+    assert np.array_equal(npy(cw), want_w), \
+        f"combined weights (case {ci}, fp8 {fp8}): {npy(cw)} want {want_w}, idx {idx_np}"
     combined, cw, _ = buf.combine(y, handle)
     assert cw is None and combined.shape == x.shape
+    if CUDA:
+        # the cached dispatch and the combine captured in a CUDA graph,
+        # replayed twice: the same results each time
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            g_recv = buf.dispatch(x_in, handle=handle)[0]
+            g_comb = buf.combine(y, handle)[0]
+        for _ in range(2):
+            (g_recv[0] if fp8 else g_recv).view(torch.uint8).zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            same = (torch.equal(g_recv[0].view(torch.uint8), recv[0].view(torch.uint8))
+                    and torch.equal(g_recv[1], recv[1])) if fp8 else torch.equal(g_recv, recv)
+            assert same, f"graph replay of the cached dispatch (case {ci}, fp8 {fp8})"
+            assert torch.equal(g_comb, combined), f"graph replay of combine (case {ci})"
 
 
 def deepep_checks(mep_ep, buf, rank, R):
     """DeepEP's test_intranode checks, for x = rank everywhere."""
     n, H, E, K = 20, 256, 4 * R, 3
+    dev = dev_of(rank)
     g = torch.Generator().manual_seed(rank)
     scores = torch.rand((n, E), generator=g) + 1
-    idx = torch.topk(scores, K, dim=-1, sorted=False)[1]
-    x = torch.ones((n, H), dtype=torch.bfloat16) * rank
-    w = torch.ones((n, K), dtype=torch.float32) * rank
+    idx = torch.topk(scores, K, dim=-1, sorted=False)[1].to(dev)
+    x = (torch.ones((n, H), dtype=torch.bfloat16) * rank).to(dev)
+    w = (torch.ones((n, K), dtype=torch.float32) * rank).to(dev)
     ntr, _, nte, itr, _ = buf.get_dispatch_layout(idx, E)
-    gbl = ntr.clone()
+    gbl = ntr.cpu().clone()
     dist.all_reduce(gbl)
-    gbl_e = nte.clone()
+    gbl_e = nte.cpu().clone()
     dist.all_reduce(gbl_e)
     recv, ridx, rw, counts, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntr, is_token_in_rank=itr, num_tokens_per_expert=nte,
@@ -233,6 +283,7 @@ def deepep_checks(mep_ep, buf, rank, R):
 def roundtrips(ctx, cases):
     mep_ep = eptest.init(ctx)
     R = ctx.world
+    dev_of(ctx.rank)  # the GPU is chosen before the Buffer, as DeepEP's tests do
     Buffer = mep_ep.Buffer
     size = Buffer.get_normal_buffer_size_hint(80, 7168, R, 8)
     buf = Buffer(None, size, 0)
@@ -317,6 +368,7 @@ MARGIN_S = 4.0
 def killed_member(ctx, victim):
     mep_ep = eptest.init(ctx)
     R, rank = ctx.world, ctx.rank
+    dev_of(rank)
     Buffer = mep_ep.Buffer
     buf = Buffer(None, Buffer.get_normal_buffer_size_hint(40, 256, R, 3), 0,
                  timeout_us=30_000_000)
@@ -324,8 +376,9 @@ def killed_member(ctx, victim):
     E = L * R
     data = [inputs(99, r, 12, H, E, K) for r in range(R)]
     x_np, idx_np, w_np = data[rank]
-    x = torch.from_numpy(x_np).to(torch.bfloat16)
-    idx, w = torch.from_numpy(idx_np), torch.from_numpy(w_np)
+    dev = dev_of(rank)
+    x = torch.from_numpy(x_np).to(torch.bfloat16).to(dev)
+    idx, w = torch.from_numpy(idx_np).to(dev), torch.from_numpy(w_np).to(dev)
     ntr, _, nte, itr, _ = buf.get_dispatch_layout(idx, E)
     recv, ridx, rw, counts, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntr, is_token_in_rank=itr, num_tokens_per_expert=nte,
@@ -344,6 +397,8 @@ def killed_member(ctx, victim):
     recv, ridx, rw, counts, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntr, is_token_in_rank=itr, num_tokens_per_expert=nte,
         topk_idx=idx, topk_weights=w, timeout_us=TIMEOUT_US)
+    if CUDA:  # the call only queued the kernels
+        torch.cuda.synchronize()
     took = time.monotonic() - t0
     act = buf.active_ranks
     assert act.tolist() == [0 if r == victim else 1 for r in range(R)], act
@@ -359,19 +414,21 @@ def killed_member(ctx, victim):
         end = int(rpm[s, rank])
         if s != victim:
             toks = np.nonzero(ref_layout(data[s][1], E, R)[2][:, rank])[0]
-            assert np.array_equal(src_idx[start:end].numpy(), toks)
-            assert np.array_equal(recv[start:end].float().numpy(), data[s][0][toks])
+            assert np.array_equal(npy(src_idx[start:end]), toks)
+            assert np.array_equal(npy(recv[start:end].float()), data[s][0][toks])
         start = end
     y = expert_fn(rank, recv.float()).to(torch.bfloat16)
     t0 = time.monotonic()
     combined, _, _ = buf.combine(y, handle, timeout_us=TIMEOUT_US)
+    if CUDA:
+        torch.cuda.synchronize()
     assert time.monotonic() - t0 < TIMEOUT_US / 1e6, "combine waited for the lost rank"
     want_itr = ref_layout(idx_np, E, R)[2]
     acc = np.zeros_like(x_np)
     for r in range(R):
         if r != victim:
             acc += np.where(want_itr[:, r:r + 1], expert_fn(r, x_np), 0)
-    assert np.array_equal(combined.float().numpy(), bf16_round(acc))
+    assert np.array_equal(npy(combined.float()), bf16_round(acc))
     buf.destroy()
     return took
 

@@ -207,8 +207,25 @@ MEP_API int mep_ep_combine(mep_ep_buffer_t *buf,
  * mode"): per call, source s may send rank r at most pair_bytes of
  * messages, pair_bytes = mep_ep_normal_pair_bytes(buf). A call that needs
  * more fails on every rank alike with MEP_ERR_INVALID naming the num_bytes
- * it needs (mep_ep_normal_size_hint). Only MEP_EP_HOST exists so far (the
- * CPU path); MEP_EP_CUDA is MEP_ERR_UNSUPPORTED.
+ * it needs (mep_ep_normal_size_hint).
+ *
+ * MEP_EP_CUDA (the CUDA path): the same areas are a device window
+ * (mep/device.h) of num_bytes on the calling thread's GPU (and as much
+ * pinned host memory when some pair of ranks goes through the proxy), and
+ * dispatch and combine only queue kernels on args->stream: their arrays
+ * (x, scales, top-k, is_token_in_rank, send_head, rank_prefix_matrix, the
+ * outputs and active_ranks) are device memory, send_head is required (the
+ * kernels place tokens by it), and a combine's num_recv_tokens is the rows
+ * of x (>= the rows received: the kernels read the count from
+ * rank_prefix_matrix). The count exchange stays on the host:
+ * mep_ep_notify_dispatch takes host arrays, as on the CPU path, and with
+ * active_ranks NULL it reads and writes back the buffer's device ones
+ * (mep_ep_normal_active_ranks), synchronously. The kernels' agreement on
+ * lost ranks is one round of words (docs/ep.md, "The CUDA path"): a rank
+ * that dies during that round itself may be kept by some survivors for
+ * that call; every later call drops it everywhere. A rank the others
+ * dropped (it stalled) is not sent their views, so it ends its call with
+ * them cleared instead of a MEP_ERR_EXCLUDED (a kernel returns nothing).
  *
  * Faults: as for the low-latency calls, every call takes active_ranks and
  * timeout_us; a source or destination that misses the deadline is
@@ -232,8 +249,8 @@ typedef struct mep_ep_normal mep_ep_normal_t;
 
 typedef struct mep_ep_normal_config {
   size_t struct_size; /* sizeof(mep_ep_normal_config_t) */
-  size_t num_bytes;   /* host memory per rank (DeepEP's num_nvl_bytes) */
-  unsigned flags;     /* MEP_EP_HOST */
+  size_t num_bytes;   /* memory per rank (DeepEP's num_nvl_bytes) */
+  unsigned flags;     /* MEP_EP_HOST or MEP_EP_CUDA */
   int64_t timeout_us; /* default per-call timeout; <= 0: the
                        * communicator's [core] timeout_ms */
 } mep_ep_normal_config_t;
@@ -249,15 +266,17 @@ MEP_API size_t mep_ep_normal_size_hint(int num_ranks, int tokens_per_pair,
 /* Creates a normal buffer. Collective over comm (every rank, the same
  * config), which must outlive it. Errors: MEP_ERR_INVALID (num_bytes too
  * small for the bookkeeping of this many ranks: the message names the
- * least), MEP_ERR_UNSUPPORTED (MEP_EP_CUDA), MEP_ERR_NOMEM, errors of the
- * core. */
+ * least), MEP_ERR_UNSUPPORTED (MEP_EP_CUDA in a build or on a machine
+ * without CUDA), MEP_ERR_NOMEM, MEP_ERR_SYSTEM (a CUDA failure), errors
+ * of the core and of mep_devwin_create. */
 MEP_API int mep_ep_normal_create(mep_comm_t *comm,
                                  const mep_ep_normal_config_t *cfg,
                                  mep_ep_normal_t **out);
 /* Frees it (lets this rank's puts finish first). Not collective. NULL:
  * no-op. */
 MEP_API int mep_ep_normal_destroy(mep_ep_normal_t *buf);
-/* The buffer's own active ranks, int32 [size] host memory (1 = active). */
+/* The buffer's own active ranks, int32 [size] (1 = active): host memory,
+ * or device memory for MEP_EP_CUDA. */
 MEP_API int32_t *mep_ep_normal_active_ranks(mep_ep_normal_t *buf);
 /* Bytes one source may send one rank per call (see above). */
 MEP_API size_t mep_ep_normal_pair_bytes(const mep_ep_normal_t *buf);
@@ -388,6 +407,13 @@ typedef struct mep_ep_normal_combine_args {
   void *combined_x;
   float *combined_topk_weights;
   void *stream;
+  /* Added after the first release (a smaller struct_size means NULL):
+   * the dispatch's send_head [num_tokens, R]; the CUDA path needs it
+   * (where each token's rows are), the CPU path does not read it. */
+  const int32_t *send_head;
+  /* The CUDA path's send uses 2 x num_channels blocks (DeepEP's
+   * config.num_sms); 0 (or a struct without it): every SM. */
+  int num_channels;
 } mep_ep_normal_combine_args_t;
 MEP_API int mep_ep_normal_combine(mep_ep_normal_t *buf,
                                   const mep_ep_normal_combine_args_t *args);

@@ -182,25 +182,24 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   return 0;
 }
 
-/* With the proxy, peers' commands may still be on their way to this
- * rank when its calls are done (a flag of an expert no token here
- * named): every rank drains its proxy, then all meet, then free. */
-static void leave_in_step(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
-  if (!cu->has_proxy) return;
-  int rc = mep_devwin_drain(cu->win);
+void mep__ep_devwin_leave(mep_comm_t *comm, mep_devwin_t *win,
+                          const char *fn, int rank) {
+  if (!win || !mep_devwin_host_base(win)) return;
+  int rc = mep_devwin_drain(win);
   mep_req_t *req = NULL;
-  if (!rc) rc = mep_barrier(b->comm, &req);
-  if (!rc && req) rc = mep_req_wait(req, mep_comm_timeout_ms(b->comm));
+  if (!rc) rc = mep_barrier(comm, &req);
+  if (!rc && req) rc = mep_req_wait(req, mep_comm_timeout_ms(comm));
   mep_req_free(req);
   if (rc < 0 && mep_log_get_level() >= MEP_LOG_WARN)
-    fprintf(stderr, "mep_ep_buffer_destroy on rank %d: the ranks did not "
-            "leave in step (%s); a peer may still send to this buffer\n",
-            b->rank, mep_last_error());
+    fprintf(stderr, "%s on rank %d: the ranks did not leave in step (%s); "
+            "a peer may still send to this buffer\n", fn, rank,
+            mep_last_error());
 }
 
 void mep__ep_cuda_destroy(mep_ep_buffer_t *b) {
   if (!b->cuda) return;
-  leave_in_step(b, b->cuda);
+  mep__ep_devwin_leave(b->comm, b->cuda->win, "mep_ep_buffer_destroy",
+                       b->rank);
   free_all(b, b->cuda);
   b->cuda = NULL;
 }
@@ -216,7 +215,7 @@ static int misaligned(const void *p, uintptr_t a) {
   return p && ((uintptr_t)p & (a - 1)) != 0;
 }
 
-static int check_align(const char *fn, const char *what, const void *p,
+int mep__ep_check_align(const char *fn, const char *what, const void *p,
                        uintptr_t a) {
   if (!misaligned(p, a)) return 0;
   return mep_set_error(MEP_ERR_INVALID, 0, "%s: %s (%p) is not aligned to "
@@ -264,14 +263,14 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   const mep__ep_layout_t *l = &b->lay;
   int rc = 0;
   if (c->phases & 1)
-    rc = check_align(fn, "x", a->x, 16);
+    rc = mep__ep_check_align(fn, "x", a->x, 16);
   if (!rc && (c->phases & 2)) {
-    rc = check_align(fn, "recv_x", a->recv_x, 16);
-    if (!rc) rc = check_align(fn, "recv_scales", a->recv_scales, 4);
-    if (!rc) rc = check_align(fn, "recv_src_info", a->recv_src_info, 4);
-    if (!rc) rc = check_align(fn, "recv_layout_range", a->recv_layout_range, 8);
-    if (!rc) rc = check_align(fn, "recv_count", a->recv_count, 4);
-    if (!rc) rc = check_align(fn, "recv_stats", c->recv_stats, 4);
+    rc = mep__ep_check_align(fn, "recv_x", a->recv_x, 16);
+    if (!rc) rc = mep__ep_check_align(fn, "recv_scales", a->recv_scales, 4);
+    if (!rc) rc = mep__ep_check_align(fn, "recv_src_info", a->recv_src_info, 4);
+    if (!rc) rc = mep__ep_check_align(fn, "recv_layout_range", a->recv_layout_range, 8);
+    if (!rc) rc = mep__ep_check_align(fn, "recv_count", a->recv_count, 4);
+    if (!rc) rc = mep__ep_check_align(fn, "recv_stats", c->recv_stats, 4);
   }
   if (rc) return rc;
   mep__ep_kdisp_t k = {0};
@@ -330,14 +329,14 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   const void *x = (a->flags & MEP_EP_ZERO_COPY) ? cu->comb_buf : a->x;
   int rc = 0;
   if (c->phases & 1) {
-    rc = check_align(fn, "x", x, 16);
-    if (!rc) rc = check_align(fn, "src_info", a->src_info, 4);
-    if (!rc) rc = check_align(fn, "layout_range", a->layout_range, 8);
+    rc = mep__ep_check_align(fn, "x", x, 16);
+    if (!rc) rc = mep__ep_check_align(fn, "src_info", a->src_info, 4);
+    if (!rc) rc = mep__ep_check_align(fn, "layout_range", a->layout_range, 8);
   }
   if (!rc && (c->phases & 2)) {
-    rc = check_align(fn, "out", a->out, 16);
-    if (!rc) rc = check_align(fn, "topk_idx", a->topk_idx, 8);
-    if (!rc) rc = check_align(fn, "topk_weights", a->topk_weights, 4);
+    rc = mep__ep_check_align(fn, "out", a->out, 16);
+    if (!rc) rc = mep__ep_check_align(fn, "topk_idx", a->topk_idx, 8);
+    if (!rc) rc = mep__ep_check_align(fn, "topk_weights", a->topk_weights, 4);
   }
   if (rc) return rc;
   mep__ep_kcomb_t k = {0};

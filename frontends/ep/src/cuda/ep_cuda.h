@@ -131,6 +131,19 @@ int mep__ep_trace_init(mep__ep_trace_t *t);
 /* Prints the last call's summary on stderr and frees the stamps. */
 void mep__ep_trace_report(mep__ep_trace_t *t, int rank);
 
+/* Host side, before a window a proxy serves is freed: peers' commands
+ * may still be on their way to this rank when its calls are done, so
+ * every rank drains its proxy, then all meet (a barrier of comm). A
+ * failure is only reported on stderr (fn, rank): the buffer goes anyway.
+ * Nothing to do without a proxy. */
+void mep__ep_devwin_leave(mep_comm_t *comm, mep_devwin_t *win,
+                          const char *fn, int rank);
+
+/* 0 when p (may be NULL) is aligned to `a` bytes, which the kernels'
+ * vector accesses need; else MEP_ERR_INVALID naming fn and what. */
+int mep__ep_check_align(const char *fn, const char *what, const void *p,
+                        uintptr_t a);
+
 /* Each queues its phase of the operation's kernel on `stream` and returns
  * cudaGetLastError()'s code (0: queued). */
 int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k, void *stream);

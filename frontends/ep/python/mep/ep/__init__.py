@@ -36,6 +36,7 @@ directly: docs/perf.md, "Eager calls from Python"), wherever it was built
 against the running torch; elsewhere, and with MEP_EP_OPS=0, through
 ctypes. ops_problem() says which, and why.
 """
+import contextlib
 import ctypes
 import itertools
 import os
@@ -193,6 +194,16 @@ def _view(ptr, device, shape, dtype, owner):
     return t.view(dtype).view(shape)
 
 
+def _check_experts(topk_idx, experts):
+    """ValueError for an entry of topk_idx outside -1 .. experts - 1 (on
+    CUDA one read of its bounds: a bad index must not reach a kernel)."""
+    if topk_idx.numel():
+        lo, hi = (int(v) for v in torch.aminmax(topk_idx))
+        if lo < -1 or hi >= experts:
+            raise ValueError(f"topk_idx holds {lo if lo < -1 else hi}; experts are "
+                             f"0 .. {experts - 1}, or -1 for none")
+
+
 def _check(t, name, dtype, shape, device=None, contiguous=True):
     """TypeError for a non-tensor or a wrong dtype, ValueError for a wrong
     shape (None: any size), device or layout."""
@@ -309,6 +320,7 @@ class Buffer:
             self._user_active = active_ranks
         self._params = None  # (tokens, hidden, experts, device) once made
         self._nbuf = None  # the normal mode's C buffer, made at its first call
+        self._ndev = None  # the device of its calls
         self._normal_active = None
         self._lib = _c.libs()
         self._connect()
@@ -513,18 +525,21 @@ class Buffer:
                              f"{_c.NORMAL_MAX_TOPK})")
         return n
 
-    @staticmethod
-    def _normal_device(t, what):
-        if t.device.type == "cuda":
-            raise NotImplementedError(
-                f"mep.ep: the normal mode ({what}) has only the CPU path so far; "
-                "CUDA tensors work with the low-latency methods")
-        if t.device.type != "cpu":
-            raise ValueError(f"{what}: tensors on {t.device}; mep.ep takes CPU tensors here")
+    def _normal_device(self, t, what):
+        """The device of a normal call: CPU or CUDA, and the one of this
+        Buffer's normal calls so far."""
+        if t.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{what}: tensors on {t.device}; mep.ep takes CPU or CUDA "
+                             "tensors")
+        if self._nbuf is not None and t.device != self._ndev:
+            raise ValueError(f"{what}: tensors on {t.device}; this Buffer's normal mode "
+                             f"runs on {self._ndev} (its first dispatch's device)")
+        return t.device
 
-    def _ensure_normal(self):
-        """The normal mode's C buffer (num_nvl_bytes of host memory), made at
-        the first normal dispatch; collective."""
+    def _ensure_normal(self, device):
+        """The normal mode's C buffer (num_nvl_bytes of host memory, or of
+        device memory on `device` for CUDA), made at the first normal
+        dispatch; collective."""
         if self._lib is None or self._comm is None:
             raise RuntimeError("mep.ep.Buffer was destroyed")
         if self._nbuf is not None:
@@ -533,23 +548,30 @@ class Buffer:
             raise ValueError("mep.ep.Buffer: the normal mode needs num_nvl_bytes > 0 (the "
                              "constructor's second argument); "
                              "Buffer.get_normal_buffer_size_hint gives what calls need")
+        cuda = device.type == "cuda"
         cfg = _c.NormalConfig(struct_size=ctypes.sizeof(_c.NormalConfig),
-                              num_bytes=self.num_nvl_bytes, flags=_c.HOST, timeout_us=0)
+                              num_bytes=self.num_nvl_bytes, flags=_c.CUDA if cuda else _c.HOST,
+                              timeout_us=0)
         buf = ctypes.c_void_p()
-        _c.check(self._lib.ep_normal_create(self._comm, ctypes.byref(cfg), ctypes.byref(buf)),
-                 f"creating the normal-mode buffer (rank {self.rank} of {self.group_size}, "
-                 f"num_nvl_bytes {self.num_nvl_bytes})")
-        self._nbuf = buf
-        if self._normal_active is None:
-            self._normal_active = torch.ones(self.group_size, dtype=torch.int32)
+        with torch.cuda.device(device) if cuda else contextlib.nullcontext():
+            _c.check(self._lib.ep_normal_create(self._comm, ctypes.byref(cfg),
+                                                ctypes.byref(buf)),
+                     f"creating the normal-mode buffer (rank {self.rank} of "
+                     f"{self.group_size}, num_nvl_bytes {self.num_nvl_bytes}, {device})")
+        self._nbuf, self._ndev = buf, device
+        if cuda:  # the C buffer's own, which its kernels clear
+            self._normal_active = _view(self._lib.ep_normal_active_ranks(buf), device,
+                                        (self.group_size,), torch.int32, self)
+        elif self._normal_active is None:
+            self._normal_active = torch.ones(self.group_size, dtype=torch.int32, device="cpu")
         return buf
 
-    def _normal_args(self, active_ranks, timeout_us):
+    def _normal_args(self, active_ranks, timeout_us, device):
         """(active-ranks pointer, tensor kept alive, timeout) of a normal call."""
         t = active_ranks if active_ranks is not None else self._user_active
         if t is None:
             t = self._normal_active
-        _check(t, "active_ranks", torch.int32, (self.group_size,), torch.device("cpu"))
+        _check(t, "active_ranks", torch.int32, (self.group_size,), device)
         return t.data_ptr(), t, self._call_timeout(timeout_us)
 
     @staticmethod
@@ -563,7 +585,7 @@ class Buffer:
         (None: one host), num_tokens_per_expert int32 [num_experts],
         is_token_in_rank bool [N, R], event). Local: no communication."""
         _check(topk_idx, "topk_idx", torch.int64, (None, None))
-        self._normal_device(topk_idx, "get_dispatch_layout")
+        dev = self._normal_device(topk_idx, "get_dispatch_layout")
         experts = _positive_int(num_experts, "num_experts")
         size = self.group_size
         if experts % size:
@@ -572,9 +594,11 @@ class Buffer:
         n, k = topk_idx.shape
         if k > _c.NORMAL_MAX_TOPK:
             raise ValueError(f"topk_idx has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
-        per_rank = torch.empty(size, dtype=torch.int32)
-        per_expert = torch.empty(experts, dtype=torch.int32)
-        in_rank = torch.empty((n, size), dtype=torch.bool)
+        if dev.type == "cuda":
+            return self._cuda_layout(topk_idx, experts, async_finish)
+        per_rank = torch.empty(size, dtype=torch.int32, device="cpu")
+        per_expert = torch.empty(experts, dtype=torch.int32, device="cpu")
+        in_rank = torch.empty((n, size), dtype=torch.bool, device="cpu")
         args = _c.LayoutArgs(struct_size=ctypes.sizeof(_c.LayoutArgs),
                              topk_idx=self._ptr(topk_idx), num_tokens=n, num_topk=k,
                              num_experts=experts, num_ranks=size, ranks_per_host=size,
@@ -587,6 +611,25 @@ class Buffer:
         _c.check(rc, "get_dispatch_layout")
         return per_rank, None, per_expert, in_rank, self._event(async_finish, topk_idx.device,
                                                                 (topk_idx,))
+
+    def _cuda_layout(self, topk_idx, experts, async_finish):
+        """get_dispatch_layout on the GPU with torch operations (the same
+        counts as mep_ep_get_dispatch_layout; one check of the indices)."""
+        dev, size = topk_idx.device, self.group_size
+        n, k = topk_idx.shape
+        _check_experts(topk_idx, experts)
+        valid = topk_idx >= 0
+        # a column past the ranks takes the -1 entries
+        ranks = torch.where(valid, topk_idx // (experts // size), size)
+        in_rank = torch.zeros((n, size + 1), dtype=torch.bool, device=dev)
+        in_rank.scatter_(1, ranks, True)
+        in_rank = in_rank[:, :size].contiguous()
+        per_rank = in_rank.sum(0, dtype=torch.int32)
+        per_expert = torch.zeros(experts + 1, dtype=torch.int32, device=dev)
+        per_expert.index_add_(0, torch.where(valid, topk_idx, experts).flatten(),
+                              torch.ones(n * k, dtype=torch.int32, device=dev))
+        per_expert = per_expert[:experts]
+        return per_rank, None, per_expert, in_rank, self._event(async_finish, dev, (topk_idx,))
 
     @staticmethod
     def _split_x(x):
@@ -615,20 +658,23 @@ class Buffer:
                  previous_event=None, async_finish=False, allocate_on_comm_stream=False, *,
                  active_ranks=None, timeout_us=None):
         """DeepEP's normal-mode dispatch. x: bf16 [N, H], or (float8_e4m3fn
-        [N, H], scales float32/int32 [N, S]). Without a handle: the layout
-        (num_tokens_per_rank, is_token_in_rank, num_tokens_per_expert, from
-        get_dispatch_layout) and optionally topk_idx / topk_weights; returns
-        (recv_x, recv_topk_idx, recv_topk_weights,
-        num_recv_tokens_per_expert_list, handle, event): recv_x packed by
-        source rank, each source's tokens in order; recv_topk_idx local to
-        this rank's experts (-1 elsewhere), recv_topk_weights 0 there. With
-        a handle (the cached mode): no count exchange, no top-k; returns
-        (recv_x, None, None, None, None, event). num_worst_tokens > 0: the
-        outputs have that many rows (recv_topk_idx -1 past the received) and
-        the list is empty. mep's keywords active_ranks and timeout_us as
-        for the low-latency calls."""
+        [N, H], scales float32/int32 [N, S]), all on the CPU or all on one
+        GPU. Without a handle: the layout (num_tokens_per_rank,
+        is_token_in_rank, num_tokens_per_expert, from get_dispatch_layout)
+        and optionally topk_idx / topk_weights; returns (recv_x,
+        recv_topk_idx, recv_topk_weights, num_recv_tokens_per_expert_list,
+        handle, event): recv_x packed by source rank, each source's tokens in
+        order; recv_topk_idx local to this rank's experts (-1 elsewhere),
+        recv_topk_weights 0 there. With a handle (the cached mode): no count
+        exchange, no top-k; returns (recv_x, None, None, None, None, event).
+        num_worst_tokens > 0: the outputs have that many rows (recv_topk_idx
+        -1 past the received) and the list is empty. mep's keywords
+        active_ranks and timeout_us as for the low-latency calls. On CUDA a
+        non-cached dispatch waits for the count exchange on the host (as
+        DeepEP's does); a cached one only queues kernels."""
         xv, scales, es, nscales = self._split_x(x)
-        self._normal_device(xv, "dispatch")
+        dev = self._normal_device(xv, "dispatch")
+        cuda = dev.type == "cuda"
         n, hidden = xv.shape
         if not xv.is_contiguous():
             raise ValueError("x must be contiguous")
@@ -648,15 +694,13 @@ class Buffer:
         if isinstance(expert_alignment, bool) or not isinstance(expert_alignment, int) \
                 or expert_alignment < 1:
             raise ValueError(f"expert_alignment must be an int >= 1, not {expert_alignment!r}")
-        cpu = torch.device("cpu")
         if handle is not None:
             if topk_idx is not None or topk_weights is not None:
                 raise ValueError("a cached dispatch (with a handle) takes no topk_idx or "
                                  "topk_weights")
-            rpm, cpm, rcpm, src_idx, in_rank, send_head = self._unpack_handle(handle)
-            _check(in_rank, "handle's is_token_in_rank", torch.bool, (n, size), cpu)
+            rpm, cpm, rcpm, src_idx, in_rank, send_head = self._unpack_handle(handle, dev)
+            _check(in_rank, "handle's is_token_in_rank", torch.bool, (n, size), dev)
             k, experts, per_rank, per_expert = 0, 0, None, None
-            nrecv = int(rpm[size - 1, rank])
             capacity = src_idx.shape[0]
         else:
             if num_tokens_per_rank is None or is_token_in_rank is None \
@@ -664,9 +708,9 @@ class Buffer:
                 raise ValueError("dispatch without a handle needs num_tokens_per_rank, "
                                  "is_token_in_rank and num_tokens_per_expert "
                                  "(get_dispatch_layout)")
-            _check(num_tokens_per_rank, "num_tokens_per_rank", torch.int32, (size,), cpu)
-            _check(is_token_in_rank, "is_token_in_rank", torch.bool, (n, size), cpu)
-            _check(num_tokens_per_expert, "num_tokens_per_expert", torch.int32, (None,), cpu)
+            _check(num_tokens_per_rank, "num_tokens_per_rank", torch.int32, (size,), dev)
+            _check(is_token_in_rank, "is_token_in_rank", torch.bool, (n, size), dev)
+            _check(num_tokens_per_expert, "num_tokens_per_expert", torch.int32, (None,), dev)
             experts = num_tokens_per_expert.shape[0]
             if experts == 0 or experts % size:
                 raise ValueError(f"num_tokens_per_expert has {experts} entries, not a positive "
@@ -675,64 +719,67 @@ class Buffer:
                 raise ValueError("topk_idx and topk_weights come together")
             k = 0
             if topk_idx is not None:
-                _check(topk_idx, "topk_idx", torch.int64, (n, None), cpu)
+                _check(topk_idx, "topk_idx", torch.int64, (n, None), dev)
                 k = topk_idx.shape[1]
-                _check(topk_weights, "topk_weights", torch.float32, (n, k), cpu)
+                _check(topk_weights, "topk_weights", torch.float32, (n, k), dev)
                 if k > _c.NORMAL_MAX_TOPK:
                     raise ValueError(f"topk_idx has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
-                if n and k:
-                    lo, hi = int(topk_idx.min()), int(topk_idx.max())
-                    if lo < -1 or hi >= experts:
-                        raise ValueError(f"topk_idx holds {lo if lo < -1 else hi}; experts "
-                                         f"are 0 .. {experts - 1}, or -1 for none")
+                _check_experts(topk_idx, experts)
             in_rank = is_token_in_rank
-        if scales is not None:
-            scales_ptr = self._ptr(scales)
-        buf = self._ensure_normal()
-        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us)
+        if previous_event is not None and cuda:
+            previous_event.current_stream_wait()
+        buf = self._ensure_normal(dev)
+        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us, dev)
         what = f"dispatch of {n} tokens (rank {rank} of {size})"
         if handle is None:
             local = experts // size
             nrecv_c = ctypes.c_int(-1)
-            per_expert = torch.empty(local, dtype=torch.int32)
-            rpm = torch.empty((size, size), dtype=torch.int32)
-            cpm = torch.empty((size, channels), dtype=torch.int32)
+            per_expert = torch.empty(local, dtype=torch.int32, device="cpu")
+            rpm = torch.empty((size, size), dtype=torch.int32, device="cpu")
+            cpm = torch.empty((size, channels), dtype=torch.int32, device="cpu")
+            # the count exchange runs on the host, over host copies
+            host = (lambda t: t.cpu()) if cuda else (lambda t: t)
+            act_h, in_rank_h = host(act), host(in_rank)
+            per_rank_h, per_expert_in = host(num_tokens_per_rank), host(num_tokens_per_expert)
             nargs = _c.NotifyArgs(
                 struct_size=ctypes.sizeof(_c.NotifyArgs), num_tokens=n, num_experts=experts,
                 expert_alignment=expert_alignment, num_channels=channels,
-                num_tokens_per_rank=num_tokens_per_rank.data_ptr(),
-                num_tokens_per_expert=num_tokens_per_expert.data_ptr(),
-                is_token_in_rank=self._ptr(in_rank), hidden=hidden, x_elem_size=es,
-                num_scales=nscales, num_topk=k, active_ranks=act_ptr, timeout_us=tmo,
+                num_tokens_per_rank=per_rank_h.data_ptr(),
+                num_tokens_per_expert=per_expert_in.data_ptr(),
+                is_token_in_rank=self._ptr(in_rank_h), hidden=hidden, x_elem_size=es,
+                num_scales=nscales, num_topk=k, active_ranks=act_h.data_ptr(), timeout_us=tmo,
                 num_recv_tokens=ctypes.addressof(nrecv_c),
                 num_recv_tokens_per_expert=per_expert.data_ptr(),
                 rank_prefix_matrix=rpm.data_ptr(),
                 channel_prefix_matrix=self._ptr(cpm))
             rc = self._lib.ep_notify_dispatch(buf, ctypes.byref(nargs))
+            if cuda:
+                act.copy_(act_h)
             if rc == -1:  # the inputs or the buffer size: the same on every rank
                 raise ValueError(f"mep: {what}: " + (self._lib.last_error() or b"")
                                  .decode(errors="replace"))
             _c.check(rc, what)
+            rpm, cpm = rpm.to(dev), cpm.to(dev)
             nrecv = nrecv_c.value
             if num_worst_tokens and num_worst_tokens < nrecv:
                 raise ValueError(f"this rank receives {nrecv} tokens, more than "
                                  f"num_worst_tokens ({num_worst_tokens})")
             capacity = num_worst_tokens or nrecv
-            src_idx = torch.empty(capacity, dtype=torch.int32)
-            rcpm = torch.empty((size, channels), dtype=torch.int32)
-            send_head = torch.empty((n, size), dtype=torch.int32)
-        recv_x = torch.empty((capacity, hidden), dtype=xv.dtype)
-        recv_scales = (torch.empty((capacity, nscales), dtype=scales.dtype)
+            src_idx = torch.empty(capacity, dtype=torch.int32, device=dev)
+            rcpm = torch.empty((size, channels), dtype=torch.int32, device=dev)
+            send_head = torch.empty((n, size), dtype=torch.int32, device=dev)
+        recv_x = torch.empty((capacity, hidden), dtype=xv.dtype, device=dev)
+        recv_scales = (torch.empty((capacity, nscales), dtype=scales.dtype, device=dev)
                        if scales is not None else None)
         recv_idx = recv_w = None
         if k:
-            recv_idx = torch.full((capacity, k), -1, dtype=torch.int64)
-            recv_w = torch.zeros((capacity, k), dtype=torch.float32)
+            recv_idx = torch.full((capacity, k), -1, dtype=torch.int64, device=dev)
+            recv_w = torch.zeros((capacity, k), dtype=torch.float32, device=dev)
         cached = handle is not None
         dargs = _c.NormalDispatchArgs(
             struct_size=ctypes.sizeof(_c.NormalDispatchArgs), x=self._ptr(xv), num_tokens=n,
             hidden=hidden, x_elem_size=es,
-            x_scales=scales_ptr if scales is not None else None, num_scales=nscales,
+            x_scales=self._ptr(scales) if scales is not None else None, num_scales=nscales,
             scale_token_stride=scales.stride(0) if scales is not None else 0,
             scale_hidden_stride=scales.stride(1) if scales is not None else 0,
             topk_idx=self._ptr(topk_idx) if k else None,
@@ -745,12 +792,15 @@ class Buffer:
             recv_src_idx=None if cached else self._ptr(src_idx),
             recv_topk_idx=self._ptr(recv_idx) if k else None,
             recv_topk_weights=self._ptr(recv_w) if k else None,
-            send_head=None if cached else self._ptr(send_head),
-            recv_channel_prefix_matrix=None if cached else rcpm.data_ptr())
-        _c.check(self._lib.ep_normal_dispatch(buf, ctypes.byref(dargs)), what)
+            # the CUDA kernels place tokens by send_head, cached calls too
+            send_head=self._ptr(send_head) if cuda or not cached else None,
+            recv_channel_prefix_matrix=None if cached else self._ptr(rcpm),
+            stream=self._stream(dev))
+        with torch.cuda.device(dev) if cuda else contextlib.nullcontext():
+            _c.check(self._lib.ep_normal_dispatch(buf, ctypes.byref(dargs)), what)
         out_x = (recv_x, recv_scales) if scales is not None else recv_x
-        keep = (xv, scales, in_rank, act, recv_x, recv_scales)
-        event = self._event(async_finish, xv.device, keep)
+        keep = (xv, scales, in_rank, act, recv_x, recv_scales, rpm, send_head)
+        event = self._event(async_finish, dev, keep)
         if cached:
             return out_x, None, None, None, None, event
         if capacity > nrecv:
@@ -759,14 +809,15 @@ class Buffer:
         handle = (rpm, cpm, rcpm, src_idx, in_rank, send_head)
         return out_x, recv_idx, recv_w, counts, handle, event
 
-    def _unpack_handle(self, handle):
+    def _unpack_handle(self, handle, dev):
         if not isinstance(handle, (tuple, list)) or len(handle) != 6:
             raise TypeError("handle must be the 6-tuple dispatch returned")
         rpm, cpm, rcpm, src_idx, in_rank, send_head = handle
-        size, cpu = self.group_size, torch.device("cpu")
-        _check(rpm, "handle's rank_prefix_matrix", torch.int32, (size, size), cpu)
-        _check(src_idx, "handle's recv_src_idx", torch.int32, (None,), cpu)
-        _check(in_rank, "handle's is_token_in_rank", torch.bool, (None, size), cpu)
+        size = self.group_size
+        _check(rpm, "handle's rank_prefix_matrix", torch.int32, (size, size), dev)
+        _check(src_idx, "handle's recv_src_idx", torch.int32, (None,), dev)
+        _check(in_rank, "handle's is_token_in_rank", torch.bool, (None, size), dev)
+        _check(send_head, "handle's send_head", torch.int32, (in_rank.shape[0], size), dev)
         return rpm, cpm, rcpm, src_idx, in_rank, send_head
 
     def combine(self, x, handle, topk_weights=None, bias=None, config=None,
@@ -779,11 +830,11 @@ class Buffer:
         [num_recv_tokens, K] are summed alongside. Returns (combined_x
         bf16 [N, H], combined_topk_weights float32 [N, K] or None, event)."""
         _check(x, "x", torch.bfloat16, (None, None))
-        self._normal_device(x, "combine")
-        rpm, _, _, src_idx, in_rank, _ = self._unpack_handle(handle)
+        dev = self._normal_device(x, "combine")
+        cuda = dev.type == "cuda"
+        rpm, _, _, src_idx, in_rank, send_head = self._unpack_handle(handle, dev)
         m, hidden = x.shape
-        cpu = torch.device("cpu")
-        _check(x, "x", torch.bfloat16, (src_idx.shape[0], hidden), cpu)
+        _check(x, "x", torch.bfloat16, (src_idx.shape[0], hidden), dev)
         if hidden % 8:
             raise ValueError(f"hidden {hidden} is not a multiple of 8 (16 bytes of bf16)")
         if config is not None and not isinstance(config, Config):
@@ -791,7 +842,7 @@ class Buffer:
         n, size = in_rank.shape[0], self.group_size
         k = 0
         if topk_weights is not None:
-            _check(topk_weights, "topk_weights", torch.float32, (m, None), cpu)
+            _check(topk_weights, "topk_weights", torch.float32, (m, None), dev)
             k = topk_weights.shape[1]
             if k > _c.NORMAL_MAX_TOPK:
                 raise ValueError(f"topk_weights has {k} columns; at most {_c.NORMAL_MAX_TOPK}")
@@ -800,13 +851,16 @@ class Buffer:
             raise ValueError("bias is a tensor or a pair of tensors")
         for i, b in enumerate(biases):
             if b is not None:
-                _check(b, f"bias[{i}]", torch.bfloat16, (n, hidden), cpu)
+                _check(b, f"bias[{i}]", torch.bfloat16, (n, hidden), dev)
         if self._nbuf is None:
             raise RuntimeError("mep.ep.Buffer: combine before any normal dispatch")
-        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us)
-        out = torch.empty((n, hidden), dtype=torch.bfloat16)
-        out_w = torch.empty((n, k), dtype=torch.float32) if k else None
-        nrecv = int(rpm[size - 1, self.rank])
+        if previous_event is not None and cuda:
+            previous_event.current_stream_wait()
+        act_ptr, act, tmo = self._normal_args(active_ranks, timeout_us, dev)
+        out = torch.empty((n, hidden), dtype=torch.bfloat16, device=dev)
+        out_w = torch.empty((n, k), dtype=torch.float32, device=dev) if k else None
+        # the CUDA kernels read the received count from rank_prefix_matrix
+        nrecv = m if cuda else int(rpm[size - 1, self.rank])
         args = _c.NormalCombineArgs(
             struct_size=ctypes.sizeof(_c.NormalCombineArgs), x=self._ptr(x),
             num_recv_tokens=nrecv, hidden=hidden,
@@ -815,10 +869,14 @@ class Buffer:
             bias_1=self._ptr(biases[1]) if biases[1] is not None else None,
             rank_prefix_matrix=rpm.data_ptr(), is_token_in_rank=self._ptr(in_rank),
             num_tokens=n, active_ranks=act_ptr, timeout_us=tmo,
-            combined_x=self._ptr(out), combined_topk_weights=self._ptr(out_w) if k else None)
-        what = f"combine of {nrecv} rows (rank {self.rank} of {size})"
-        _c.check(self._lib.ep_normal_combine(self._nbuf, ctypes.byref(args)), what)
-        return out, out_w, self._event(async_finish, x.device, (x, topk_weights, act, out))
+            combined_x=self._ptr(out), combined_topk_weights=self._ptr(out_w) if k else None,
+            stream=self._stream(dev), send_head=self._ptr(send_head),
+            num_channels=(config or self.get_combine_config(size)).num_sms // 2)
+        what = f"combine of {m} rows (rank {self.rank} of {size})"
+        with torch.cuda.device(dev) if cuda else contextlib.nullcontext():
+            _c.check(self._lib.ep_normal_combine(self._nbuf, ctypes.byref(args)), what)
+        keep = (x, topk_weights, act, out, rpm, send_head, biases)
+        return out, out_w, self._event(async_finish, dev, keep)
 
     @staticmethod
     def capture():
@@ -1192,8 +1250,12 @@ class Buffer:
             lib.ep_buffer_destroy(self._buf)
             self._buf = None
         if self._nbuf is not None:
-            lib.ep_normal_destroy(self._nbuf)
+            cuda = self._ndev is not None and self._ndev.type == "cuda"
+            with torch.cuda.device(self._ndev) if cuda else contextlib.nullcontext():
+                lib.ep_normal_destroy(self._nbuf)
             self._nbuf = None
+            if cuda:  # a view of the freed buffer
+                self._normal_active = None
         if self._comm is not None:
             lib.comm_destroy(self._comm)
             self._comm = None

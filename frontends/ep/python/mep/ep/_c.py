@@ -120,7 +120,8 @@ class NormalCombineArgs(ctypes.Structure):
                 ("num_topk", _i), ("bias_0", _vp), ("bias_1", _vp),
                 ("rank_prefix_matrix", _vp), ("is_token_in_rank", _vp),
                 ("num_tokens", _i), ("active_ranks", _vp), ("timeout_us", _i64),
-                ("combined_x", _vp), ("combined_topk_weights", _vp), ("stream", _vp)]
+                ("combined_x", _vp), ("combined_topk_weights", _vp), ("stream", _vp),
+                ("send_head", _vp), ("num_channels", _i)]
 
 
 def _lib_dirs():
@@ -181,6 +182,7 @@ class _Libs:
             (e, "mep_ep_normal_create", i, [vp, ctypes.POINTER(NormalConfig), pvp]),
             (e, "mep_ep_normal_destroy", i, [vp]),
             (e, "mep_ep_normal_pair_bytes", ctypes.c_size_t, [vp]),
+            (e, "mep_ep_normal_active_ranks", vp, [vp]),
             (e, "mep_ep_get_dispatch_layout", i, [ctypes.POINTER(LayoutArgs)]),
             (e, "mep_ep_notify_dispatch", i, [vp, ctypes.POINTER(NotifyArgs)]),
             (e, "mep_ep_normal_dispatch", i, [vp, ctypes.POINTER(NormalDispatchArgs)]),

@@ -1,0 +1,284 @@
+/* ep_normal_cuda.c - the normal mode's CUDA path, host side: the device
+ * window cut as ep_normal.c cuts host memory, the kernels' state, and the
+ * launches of dispatch and combine (kernels in ep_normal_dispatch.cu and
+ * ep_normal_combine.cu). A call fills kernel arguments and queues work on
+ * its stream; only a non-cached dispatch copies the notify's counts to
+ * the device first (stream-ordered, from pageable memory the copy has
+ * taken when it returns). */
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ep_cuda.h"
+#include "ep_normal.h"
+#include "ep_normal_k.h"
+
+struct mep__epn_cuda {
+  mep_devwin_t *win;
+  const mep_dev_win_t *dwin; /* device */
+  int has_proxy, sms;
+  void *mem;                 /* one allocation for the three below */
+  mep__epn_state_t *st;
+  int32_t *active;           /* [R] */
+  int32_t *rpm;              /* [R][R] + [R] source tokens: a non-cached
+                              * dispatch's counts */
+  int32_t *host;             /* pageable [R][R] + [R]: their staging */
+};
+
+static int fail(mep_ep_normal_t *b, int code, cudaError_t e,
+                const char *what) {
+  return mep_set_error(code, 0, "mep_ep normal mode (CUDA path) on rank %d: "
+                       "%s: %s", b->rank, what, cudaGetErrorString(e));
+}
+
+static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
+
+int mep__epn_cuda_create(mep_ep_normal_t *b) {
+  int R = b->size;
+  if (R > MEP__EPN_MAX_RANKS)
+    return mep_set_error(MEP_ERR_INVALID, 0, "mep_ep_normal_create: %d "
+                         "ranks; the CUDA path takes at most %d", R,
+                         MEP__EPN_MAX_RANKS);
+  struct mep__epn_cuda *cu = calloc(1, sizeof *cu);
+  if (!cu)
+    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_normal_create: no memory");
+  b->cuda = cu;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess)
+    return fail(b, MEP_ERR_UNSUPPORTED, e, "no usable CUDA device");
+  size_t rr = (size_t)R, o_act = round16(sizeof(mep__epn_state_t));
+  size_t o_rpm = o_act + round16(rr * 4);
+  size_t bytes = o_rpm + (rr * rr + rr) * 4;
+  cu->host = malloc((rr * rr + rr) * 4);
+  if (!cu->host)
+    return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_normal_create: no memory");
+  if ((e = cudaMalloc(&cu->mem, bytes)) != cudaSuccess)
+    return fail(b, MEP_ERR_NOMEM, e, "allocating the kernels' state");
+  uint8_t *m = cu->mem;
+  cu->st = (mep__epn_state_t *)m;
+  cu->active = (int32_t *)(m + o_act);
+  cu->rpm = (int32_t *)(m + o_rpm);
+  e = cudaMemset(m, 0, bytes);
+  if (e == cudaSuccess)
+    e = cudaMemcpy(cu->active, b->active, rr * 4, cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) return fail(b, MEP_ERR_SYSTEM, e, "the state");
+  int rc = mep_devwin_create(b->comm, (size_t)b->lay.total, &cu->win);
+  if (rc)
+    return mep_set_error(rc, 1, "mep_ep_normal_create: the device window of "
+                         "%llu bytes on rank %d",
+                         (unsigned long long)b->lay.total, b->rank);
+  cu->dwin = mep_devwin_device(cu->win);
+  cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  /* the memset ran on the legacy stream, which the caller's non-blocking
+   * streams do not wait for */
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+    return fail(b, MEP_ERR_SYSTEM, e, "setting up the buffer");
+  return 0;
+}
+
+void mep__epn_cuda_destroy(mep_ep_normal_t *b) {
+  struct mep__epn_cuda *cu = b->cuda;
+  if (!cu) return;
+  mep__ep_devwin_leave(b->comm, cu->win, "mep_ep_normal_destroy", b->rank);
+  if (cu->win) mep_devwin_destroy(cu->win);
+  if (cu->mem) cudaFree(cu->mem);
+  free(cu->host);
+  free(cu);
+  b->cuda = NULL;
+}
+
+int32_t *mep__epn_cuda_active(mep_ep_normal_t *b) { return b->cuda->active; }
+
+int mep__epn_cuda_sync_active(mep_ep_normal_t *b, int32_t *host,
+                              int to_host) {
+  size_t n = (size_t)b->size * 4;
+  cudaError_t e = to_host ? cudaMemcpy(host, b->cuda->active, n,
+                                       cudaMemcpyDeviceToHost)
+                          : cudaMemcpy(b->cuda->active, host, n,
+                                       cudaMemcpyHostToDevice);
+  return e == cudaSuccess ? 0
+                          : fail(b, MEP_ERR_SYSTEM, e,
+                                 "copying the active ranks");
+}
+
+/* An argument and the alignment the kernels' accesses need. */
+typedef struct aligned {
+  const char *what;
+  const void *p;
+  uintptr_t a;
+} aligned_t;
+
+static int check_aligned(const char *fn, const aligned_t *al, size_t n) {
+  int rc = 0;
+  for (size_t i = 0; !rc && i < n; i++)
+    rc = mep__ep_check_align(fn, al[i].what, al[i].p, al[i].a);
+  return rc;
+}
+
+/* What both operations' kernels take (the rest zeroed). */
+static void fill_common(mep_ep_normal_t *b, int32_t *active,
+                        int64_t timeout_us, mep__epn_k_t *k) {
+  const mep__epn_lay_t *l = &b->lay;
+  struct mep__epn_cuda *cu = b->cuda;
+  memset(k, 0, sizeof *k);
+  k->win = cu->dwin;
+  k->st = cu->st;
+  k->rank = b->rank;
+  k->R = b->size;
+  k->has_proxy = cu->has_proxy;
+  k->active = active;
+  /* 2^62 ns is beyond any deadline that matters, and cannot overflow */
+  k->timeout_ns = timeout_us >= ((int64_t)1 << 62) / 1000
+                      ? (uint64_t)1 << 62
+                      : (uint64_t)timeout_us * 1000u;
+  k->P = l->pair;
+  k->drecv = l->drecv;
+  k->crecv = l->crecv;
+  k->dstage = l->dstage;
+  k->cstage = l->cstage;
+  k->dsig = l->dsig;
+  k->csig = l->csig;
+  k->agree = l->cnt;
+  k->agree_slot = l->cw;
+}
+
+static int clampi(int v, int lo, int hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Blocks of a send over `rows` rows: the config's SMs (2 x channels,
+ * DeepEP's num_sms: what the transfer may take from computation), or every
+ * SM without one; at least one. */
+static int blocks_for(const mep_ep_normal_t *b, int channels, int rows) {
+  int want = channels > 0 ? 2 * channels : b->cuda->sms;
+  return clampi(want < rows ? want : rows, 1, 4 * b->cuda->sms);
+}
+
+/* Blocks of the dispatch receive (8 warps, a row each): every SM twice
+ * over, fewer for few rows. The receive is a local copy of bytes already
+ * here; spread over the GPU it takes a few tens of microseconds, held to
+ * the config's SMs several times that (MEP_EP_NORMAL_WIDE_RECV=0 does so,
+ * a diagnosis aid). */
+static int recv_blocks(const mep_ep_normal_t *b, int channels, int rows) {
+  const char *v = getenv("MEP_EP_NORMAL_WIDE_RECV");
+  if (v && strcmp(v, "0") == 0) return blocks_for(b, channels, rows);
+  return clampi((rows + 7) / 8, 1, 2 * b->cuda->sms);
+}
+
+static int launched(mep_ep_normal_t *b, int err, const char *what) {
+  return err ? fail(b, MEP_ERR_SYSTEM, (cudaError_t)err, what) : 0;
+}
+
+int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
+                           const mep_ep_normal_dispatch_args_t *a,
+                           const int32_t *host_counts, int32_t *active,
+                           int64_t timeout_us) {
+  const char *fn = "mep_ep_normal_dispatch";
+  struct mep__epn_cuda *cu = b->cuda;
+  int R = b->size;
+  const aligned_t al[] = {{"x", a->x, 16},
+            {"x_scales", a->x_scales, 4},
+            {"topk_idx", a->topk_idx, 8},
+            {"topk_weights", a->topk_weights, 4},
+            {"recv_x", a->recv_x, 16},
+            {"recv_x_scales", a->recv_x_scales, 4},
+            {"recv_topk_idx", a->recv_topk_idx, 8},
+            {"recv_topk_weights", a->recv_topk_weights, 4},
+            {"send_head", a->send_head, 4},
+            {"active_ranks", active, 4}};
+  int rc = check_aligned(fn, al, sizeof al / sizeof al[0]);
+  if (rc) return rc;
+  mep__epn_k_t k;
+  fill_common(b, active, timeout_us, &k);
+  if (host_counts) {
+    /* the notify's counts as a rank_prefix_matrix, and the sources'
+     * token counts, for the kernels */
+    for (int r = 0; r < R; r++) {
+      int32_t run = 0;
+      for (int s = 0; s < R; s++) {
+        run += host_counts[s * R + r];
+        cu->host[s * R + r] = run;
+      }
+    }
+    memcpy(cu->host + (size_t)R * R, b->src_tokens, (size_t)R * 4);
+    cudaError_t e = cudaMemcpyAsync(cu->rpm, cu->host,
+                                    ((size_t)R * R + R) * 4,
+                                    cudaMemcpyHostToDevice,
+                                    (cudaStream_t)a->stream);
+    if (e != cudaSuccess)
+      return fail(b, MEP_ERR_SYSTEM, e, "copying the counts");
+    k.rpm = cu->rpm;
+    k.src_tokens = cu->rpm + (size_t)R * R;
+    k.rcpm = a->recv_channel_prefix_matrix;
+    k.C = a->num_channels;
+  } else {
+    k.rpm = a->cached_rank_prefix_matrix;
+  }
+  k.num_tokens = a->num_tokens;
+  k.x = a->x;
+  k.hidden = a->hidden;
+  k.es = a->x_elem_size;
+  k.num_scales = a->num_scales;
+  k.x_scales = a->x_scales;
+  k.sts = a->scale_token_stride;
+  k.shs = a->scale_hidden_stride;
+  k.topk_idx = a->topk_idx;
+  k.topk_w = a->topk_weights;
+  k.K = a->num_topk;
+  k.L = a->num_topk > 0 ? a->num_experts / R : 1;
+  k.in_rank = a->is_token_in_rank;
+  k.send_head = a->send_head;
+  k.dmsg = mep__epn_dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales,
+                               a->num_topk);
+  k.idx_off = mep__epn_dmsg_idx_off(a->hidden, a->x_elem_size, a->num_scales);
+  k.recv_x = a->recv_x;
+  k.recv_scales = a->recv_x_scales;
+  k.recv_src = a->recv_src_idx;
+  k.recv_topk = a->recv_topk_idx;
+  k.recv_w = a->recv_topk_weights;
+  k.send_blocks = blocks_for(b, a->num_channels, a->num_tokens);
+  k.recv_blocks = recv_blocks(b, a->num_channels, a->recv_capacity);
+  return launched(b, mep__epn_launch_dispatch(&k, a->stream),
+                  "mep_ep_normal_dispatch: launching the kernels");
+}
+
+int mep__epn_cuda_combine(mep_ep_normal_t *b,
+                          const mep_ep_normal_combine_args_t *a, int channels,
+                          int32_t *active, int64_t timeout_us) {
+  const char *fn = "mep_ep_normal_combine";
+  const aligned_t al[] = {{"x", a->x, 16},
+            {"topk_weights", a->topk_weights, 4},
+            {"bias_0", a->bias_0, 16},
+            {"bias_1", a->bias_1, 16},
+            {"combined_x", a->combined_x, 16},
+            {"combined_topk_weights", a->combined_topk_weights, 4},
+            {"send_head", a->send_head, 4},
+            {"rank_prefix_matrix", a->rank_prefix_matrix, 4},
+            {"active_ranks", active, 4}};
+  int rc = check_aligned(fn, al, sizeof al / sizeof al[0]);
+  if (rc) return rc;
+  mep__epn_k_t k;
+  fill_common(b, active, timeout_us, &k);
+  k.rpm = a->rank_prefix_matrix;
+  k.num_tokens = a->num_tokens;
+  k.send_head_in = a->send_head;
+  k.hidden = a->hidden;
+  k.K = a->num_topk;
+  k.cx = a->x;
+  k.cw = a->topk_weights;
+  k.bias0 = a->bias_0;
+  k.bias1 = a->bias_1;
+  k.out = a->combined_x;
+  k.out_w = a->combined_topk_weights;
+  k.cmsg = mep__epn_cmsg_bytes(a->hidden, a->num_topk);
+  k.send_blocks = blocks_for(b, channels, a->num_recv_tokens);
+  k.recv_blocks = clampi(a->num_tokens, 1, 4 * b->cuda->sms);
+  int t = (a->hidden / 8 + 31) / 32 * 32;
+  k.recv_threads = clampi(t, 64, 512);
+  return launched(b, mep__epn_launch_combine(&k, a->stream),
+                  "mep_ep_normal_combine: launching the kernels");
+}

@@ -1,0 +1,164 @@
+/* ep_normal_dev.cuh - device steps the normal mode's kernels share: the
+ * counts from rank_prefix_matrix, where a received row comes from, the
+ * wait for every source followed by the agreement round, the call's
+ * number and its end. */
+#ifndef MEP_EP_NORMAL_DEV_CUH
+#define MEP_EP_NORMAL_DEV_CUH
+
+#include "ep_dev.cuh"
+#include "ep_normal_k.h"
+
+/* Tokens sources 0..s-1 send rank r (rank_prefix_matrix is inclusive). */
+__device__ __forceinline__ int epn_before(const int32_t *rpm, int R, int s,
+                                          int r) {
+  return s ? rpm[(s - 1) * R + r] : 0;
+}
+__device__ __forceinline__ int epn_count(const int32_t *rpm, int R, int s,
+                                         int r) {
+  return rpm[s * R + r] - epn_before(rpm, R, s, r);
+}
+
+/* The source of this rank's received row j and, in *i, its index among
+ * that source's rows: the first s whose prefix passes j. */
+__device__ __forceinline__ int epn_row_source(const int32_t *rpm, int R,
+                                              int me, int j, int *i) {
+  int lo = 0, hi = R - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (rpm[mid * R + me] > j)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  *i = j - epn_before(rpm, R, lo, me);
+  return lo;
+}
+
+__device__ __forceinline__ uint32_t epn_ld32_cg(const void *p) {
+  uint32_t v;
+  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint64_t epn_ld64_cg(const void *p) {
+  uint64_t v;
+  asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p));
+  return v;
+}
+
+/* The call's number of its kind (completed calls + 1). */
+__device__ __forceinline__ uint64_t epn_seq(const mep__epn_k_t &k, int kind) {
+  return *(const volatile uint64_t *)&k.st->d.seq[kind] + 1;
+}
+
+/* Thread 0, before a send rewrites the stages of the host part: the proxy
+ * has carried out every command of the previous send of its kind. */
+__device__ __forceinline__ void epn_stage_gate(const mep__epn_k_t &k,
+                                               int mark, uint64_t deadline) {
+  const mep_dev_win_t *w = k.win;
+  if (!k.has_proxy || !w->ring_len || threadIdx.x) return;
+  unsigned long long m = *(volatile unsigned long long *)&k.st->d.mark[mark];
+  while (*w->ring_done < m && mep_dev_now_ns() <= deadline) __nanosleep(128);
+}
+
+/* One thread of a send's last block, for one active peer: puts the n
+ * messages of msg bytes staged at `stage` (a proxy peer; nothing for a
+ * mapped one, which has them) to the peer's area at `to`, then raises the
+ * peer's word at sig: (seq << 32) | n. */
+__device__ __forceinline__ void epn_deliver(const mep__epn_k_t &k, int peer,
+                                            uint64_t to, uint64_t stage,
+                                            uint64_t n, uint64_t msg,
+                                            uint64_t sig, uint64_t seq,
+                                            uint64_t deadline) {
+  if (n && n * msg <= k.P)
+    (void)mep_dev_put(k.win, peer, to, stage, n * msg, deadline);
+  (void)mep_dev_signal(k.win, peer, sig, (seq << 32) | n, deadline);
+}
+
+/* The last block of a kernel, at its end: records the ring's tail for
+ * the stage gate (mark >= 0) and completes the call. */
+__device__ __forceinline__ void epn_finish(const mep__epn_k_t &k, int kind,
+                                           int mark, uint64_t seq) {
+  __syncthreads();
+  if (threadIdx.x) return;
+  if (mark >= 0 && k.has_proxy && k.win->ring_len)
+    k.st->d.mark[mark] = *(volatile unsigned long long *)k.win->ring_tail;
+  *(volatile uint64_t *)&k.st->d.seq[kind] = seq;
+}
+
+/* Every block of a receive kernel calls it first (all threads). Block 0
+ * waits for each active rank's signal word at sig_off (a source that
+ * misses the deadline is cleared), then runs the agreement round: it
+ * sends its view of the active ranks to every rank in it, waits for
+ * theirs (under a fresh deadline, so that survivors that spent theirs on a
+ * dead rank still hear each other) and clears every rank some view
+ * lacks; a rank whose view does not come is cleared too. Then it
+ * releases the other blocks, which wait for that. With one failure per
+ * call, every survivor ends with the same ranks: a view differs from the
+ * others only by the ranks its owner did not hear from, and every
+ * survivor takes every survivor's view. */
+static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
+                                        uint64_t sig_off, uint64_t seq,
+                                        int half, uint64_t deadline) {
+  __shared__ unsigned int view[MEP__EPN_MAX_RANKS / 32];
+  __shared__ unsigned int mask[MEP__EPN_MAX_RANKS / 32];
+  const int R = k.R, me = k.rank, T = blockDim.x, tid = threadIdx.x;
+  const int W = (R + 31) / 32;
+  const mep_dev_win_t *w = k.win;
+  volatile uint64_t *agreed = &k.st->agreed[which];
+  if (blockIdx.x) {
+    if (tid == 0)
+      while (mep_dev_load_acquire(agreed) < seq) __nanosleep(256);
+    __syncthreads();
+    return;
+  }
+  for (int r = tid; r < R; r += T) {
+    uint64_t word;
+    if (ep_active(k.active, r))
+      (void)ep_wait_word((const uint64_t *)mep_dev_src(
+                             w, r, sig_off + ((uint64_t)half * R + r) * 8),
+                         seq, k.active, r, deadline, &word);
+  }
+  __syncthreads();
+  for (int i = tid; i < W; i += T) {
+    unsigned int bits = 0;
+    for (int b = 0; b < 32 && 32 * i + b < R; b++)
+      bits |= (ep_active(k.active, 32 * i + b) ? 1u : 0u) << b;
+    view[i] = bits;
+    mask[i] = bits;
+  }
+  __syncthreads();
+  const uint64_t slot = (uint64_t)which * 8 * W;
+  const uint64_t again = mep_dev_now_ns() + k.timeout_ns;
+  for (int r = tid; r < R; r += T) {
+    if (!(view[r / 32] >> (r % 32) & 1)) continue;
+    const uint64_t off = k.agree + ((uint64_t)half * R + me) * k.agree_slot;
+    for (int i = 0; i < W; i++)
+      (void)mep_dev_signal(w, r, off + slot + 8 * (uint64_t)i,
+                           (seq << 32) | view[i], again);
+  }
+  for (int r = tid; r < R; r += T) {
+    if (!(view[r / 32] >> (r % 32) & 1)) continue;
+    const uint64_t off = k.agree + ((uint64_t)half * R + r) * k.agree_slot;
+    for (int i = 0; i < W; i++) {
+      uint64_t word = 0;
+      if (!ep_wait_word((const uint64_t *)mep_dev_src(
+                            w, r, off + slot + 8 * (uint64_t)i),
+                        seq, k.active, r, again, &word)) {
+        atomicAnd(&mask[r / 32], ~(1u << (r % 32)));
+        break;
+      }
+      atomicAnd(&mask[i], (unsigned int)word);
+    }
+  }
+  __syncthreads();
+  for (int r = tid; r < R; r += T)
+    if (!(mask[r / 32] >> (r % 32) & 1) && r != me) ep_clear(k.active, r);
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    mep_dev_store_release((volatile uint64_t *)agreed, seq);
+  }
+  __syncthreads();
+}
+
+#endif /* MEP_EP_NORMAL_DEV_CUH */

@@ -1,0 +1,83 @@
+/* ep_normal_k.h - between the normal mode's CUDA host code
+ * (ep_normal_cuda.c) and its kernels (ep_normal_dispatch.cu,
+ * ep_normal_combine.cu). Plain C and CUDA.
+ *
+ * The window is cut as the CPU path's memory (ep_normal.c): per-source
+ * receive areas in two halves, stages for the proxy, the dispatch and
+ * combine signal words. The count exchange stays on the host, so the
+ * window's count slots hold the agreement words instead: slot (half, s)
+ * holds rank s's view of the active ranks after its waits, W = ceil(R /
+ * 32) words for dispatch then W for combine, each (seq << 32) | 32 bits.
+ * Call numbers live in device memory (mep__ep_dstate_t's seq, per kind),
+ * as in the low-latency kernels, so calls replay in CUDA graphs. */
+#ifndef MEP_EP_NORMAL_K_H
+#define MEP_EP_NORMAL_K_H
+
+#include <stdint.h>
+
+#include "ep_cuda.h"
+#include "mep/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Most ranks of a CUDA normal buffer (the agreement's masks live in
+ * shared memory). */
+#define MEP__EPN_MAX_RANKS 1024
+
+typedef struct mep__epn_state {
+  mep__ep_dstate_t d;  /* seq, done (last block) and mark per kind */
+  uint64_t agreed[2];  /* dispatch, combine receive: the call whose
+                        * agreement block 0 finished */
+} mep__epn_state_t;
+
+typedef struct mep__epn_k {
+  const mep_dev_win_t *win;  /* device */
+  mep__epn_state_t *st;      /* device */
+  int rank, R, has_proxy;
+  uint64_t timeout_ns;
+  int32_t *active;           /* device [R], the call's */
+  /* offsets of the window's areas; P bytes per (half, source) */
+  uint64_t P, drecv, crecv, dstage, cstage, dsig, csig, agree, agree_slot;
+  const int32_t *rpm;        /* device [R][R]: rank_prefix_matrix */
+  const int32_t *src_tokens; /* device [R]: each source's num_tokens, for
+                              * recv_channel_prefix_matrix; NULL: none */
+  int send_blocks, send_threads, recv_blocks, recv_threads;
+  int num_tokens;
+  const int32_t *send_head_in; /* combine: the dispatch's send_head */
+  /* dispatch */
+  const uint8_t *x;
+  int hidden, es, num_scales;
+  const uint8_t *x_scales;
+  int64_t sts, shs;          /* scale strides, in elements */
+  const int64_t *topk_idx;
+  const float *topk_w;
+  int K, L;
+  const uint8_t *in_rank;    /* [num_tokens][R] */
+  int32_t *send_head;        /* [num_tokens][R], written */
+  uint64_t dmsg, idx_off;
+  uint8_t *recv_x, *recv_scales;
+  int32_t *recv_src;
+  int64_t *recv_topk;
+  float *recv_w;
+  int32_t *rcpm;
+  int C;
+  /* combine */
+  const uint16_t *cx;
+  const float *cw;
+  const uint16_t *bias0, *bias1;
+  uint16_t *out;
+  float *out_w;
+  uint64_t cmsg;
+} mep__epn_k_t;
+
+/* Queue the two kernels of an operation on `stream`; cudaGetLastError()'s
+ * code (0: queued). */
+int mep__epn_launch_dispatch(const mep__epn_k_t *k, void *stream);
+int mep__epn_launch_combine(const mep__epn_k_t *k, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEP_EP_NORMAL_K_H */
