@@ -1,6 +1,9 @@
-/* ep_normal.c - the high-throughput ("normal") mode of ep.h on the CPU
- * path: get_dispatch_layout, the count exchange (notify), dispatch (also
- * cached) and combine, over a host region registered with every transport.
+/* ep_normal.c - the high-throughput ("normal") mode of ep.h: the buffer,
+ * get_dispatch_layout, the count exchange (notify, on the host for both
+ * paths), the checks of every call, and the CPU path's dispatch (also
+ * cached) and combine over a host region registered with every transport.
+ * A CUDA buffer's dispatch and combine go to cuda/ep_normal_cuda.c after
+ * the checks.
  *
  * A rank's region (num_bytes, cut as below; R ranks, P = pair bytes):
  *   signal words  nsig [2][R], dsig [2][R], csig [2][R]: (seq << 32) | n

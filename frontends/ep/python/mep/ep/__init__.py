@@ -115,9 +115,10 @@ class Config:
     """DeepEP's performance config of the normal mode: Config(num_sms=20,
     num_max_nvl_chunked_send_tokens=6, num_max_nvl_chunked_recv_tokens=256,
     num_max_rdma_chunked_send_tokens=6, num_max_rdma_chunked_recv_tokens=256).
-    mep's CPU path moves a whole call at once and reads only num_sms (its
-    channels, num_sms // 2, shape the handle's channel prefix matrices);
-    the other values are kept and checked as DeepEP checks them."""
+    mep moves a whole call at once and reads only num_sms: its channels,
+    num_sms // 2, shape the handle's channel prefix matrices, and on CUDA
+    the sends take num_sms blocks; the other values are kept and checked as
+    DeepEP checks them."""
 
     def __init__(self, num_sms=20, num_max_nvl_chunked_send_tokens=6,
                  num_max_nvl_chunked_recv_tokens=256, num_max_rdma_chunked_send_tokens=6,
@@ -272,7 +273,8 @@ class Buffer:
     comm and any other keyword (**ignored_deepep_kwargs) mean nothing here
     (mep sizes its low-latency memory itself and picks a transport per
     peer). num_nvl_bytes is the normal mode's memory per rank (made at the
-    first normal dispatch; a call that needs more raises ValueError naming
+    first normal dispatch, on its tensors' device: host memory, or GPU
+    memory on the GPU current then; a call that needs more raises ValueError naming
     the size, see get_normal_buffer_size_hint). num_rdma_bytes, when positive, must be
     at least get_low_latency_rdma_size_hint(...) of the calls (ValueError,
     as DeepEP's assertion). explicitly_destroy=True: the memory is released
