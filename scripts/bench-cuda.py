@@ -118,6 +118,23 @@ def rank_main(rank, world, port, args, results):
     report_rank(rank, results, lambda: rank_rows(rank, world, port, args))
 
 
+def join_group(backend, rank, world, port, device_id=None):
+    """In a rank process of run_ranks: joins a process group of `backend`
+    over the spawner's TCPStore at `port` (device_id: the GPU bound to the
+    group, as NCCL takes it)."""
+    import torch.distributed as dist
+    timeout = datetime.timedelta(seconds=120)
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
+    kw = {} if device_id is None else {"device_id": device_id}
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=timeout, **kw)
+
+
+def leave_group():
+    import torch.distributed as dist
+    dist.destroy_process_group()
+
+
 def rank_rows(rank, world, port, args):
     """One rank's measurements: {"rows": [...], "path": the mep path}."""
     os.environ["NCCL_NVLS_ENABLE"] = "0"
@@ -126,10 +143,7 @@ def rank_rows(rank, world, port, args):
     import mep
     dev = torch.device("cuda", 0 if args.share_gpu else rank)
     torch.cuda.set_device(dev)
-    timeout = datetime.timedelta(seconds=120)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group("mep", store=store, rank=rank, world_size=world,
-                            timeout=timeout)
+    join_group("mep", rank, world, port)
     ref = None if args.share_gpu else dist.new_group(backend="nccl")
     path = mep.cuda_path()
     rows = []

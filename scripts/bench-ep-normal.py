@@ -19,7 +19,6 @@ and its combined tokens against its own inputs (exits 1 on a difference).
 
 Usage: scripts/bench-ep-normal.py [--tokens N] [--hidden H] [--json FILE]"""
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -58,10 +57,7 @@ def rank_rows(rank, world, port, args):
     import mep.ep as ep
     dev = torch.device("cuda", rank)
     torch.cuda.set_device(dev)
-    timeout = datetime.timedelta(seconds=120)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
-                            timeout=timeout, device_id=dev)
+    bc.join_group("nccl", rank, world, port, device_id=dev)
     n, hidden, E, K = args.tokens, args.hidden, args.experts, args.topk
     size = ep.Buffer.get_normal_buffer_size_hint(n, hidden, world, K)
     buf = ep.Buffer(dist.group.WORLD, size, 0)
@@ -144,8 +140,7 @@ def rank_rows(rank, world, port, args):
 
 def rank_main(rank, world, port, args, results):
     bc.report_rank(rank, results, lambda: rank_rows(rank, world, port, args),
-                   after=lambda: __import__("torch.distributed").distributed
-                   .destroy_process_group())
+                   after=bc.leave_group)
 
 
 def main():

@@ -34,7 +34,6 @@ GPU memory staged by a CPU thread), for the record.
 Example: PYTHONPATH=build/frontends/c10d/python scripts/bench-ep.py --json ep.json
 """
 import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -417,12 +416,7 @@ def bench_hidden(rank, world, hidden, args, dev):
 
 def rank_main(rank, world, port, args, results):
     bc.report_rank(rank, results, lambda: rank_rows(rank, world, port, args),
-                   after=leave_group)
-
-
-def leave_group():
-    import torch.distributed as dist
-    dist.destroy_process_group()
+                   after=bc.leave_group)
 
 
 def rank_rows(rank, world, port, args):
@@ -431,13 +425,9 @@ def rank_rows(rank, world, port, args):
     if args.hosts:
         os.environ["MEP_HOST_ID"] = f"bench-ep-host-{rank}"
     import torch
-    import torch.distributed as dist
     dev = torch.device("cuda", rank)
     torch.cuda.set_device(dev)
-    timeout = datetime.timedelta(seconds=120)
-    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timeout)
-    dist.init_process_group("nccl", store=store, rank=rank, world_size=world,
-                            timeout=timeout, device_id=dev)
+    bc.join_group("nccl", rank, world, port, device_id=dev)
     rows = [bench_hidden(rank, world, h, args, dev) for h in args.hidden]
     return {"rows": rows}
 

@@ -76,10 +76,6 @@ static void layout_data(nlay_t *l, uint64_t P) {
   l->total = l->cstage + r * P;
 }
 
-#define dmsg_bytes mep__epn_dmsg_bytes
-#define dmsg_idx_off mep__epn_dmsg_idx_off
-#define cmsg_bytes mep__epn_cmsg_bytes
-
 /* num_bytes for pairs of P bytes with R ranks. */
 static uint64_t need_bytes(int R, uint64_t P) {
   nlay_t l;
@@ -93,9 +89,9 @@ size_t mep_ep_normal_size_hint(int num_ranks, int tokens_per_pair, int hidden,
   if (num_ranks < 1 || tokens_per_pair < 0 || hidden < 1 || num_topk < 0 ||
       num_topk > MEP_EP_NORMAL_MAX_TOPK)
     return 0;
-  uint64_t m = dmsg_bytes(hidden, 2, 0, num_topk);
-  uint64_t f = dmsg_bytes(hidden, 1, (hidden + 127) / 128, num_topk);
-  uint64_t c = cmsg_bytes(hidden, num_topk);
+  uint64_t m = mep__epn_dmsg_bytes(hidden, 2, 0, num_topk);
+  uint64_t f = mep__epn_dmsg_bytes(hidden, 1, (hidden + 127) / 128, num_topk);
+  uint64_t c = mep__epn_cmsg_bytes(hidden, num_topk);
   if (f > m) m = f;
   if (c > m) m = c;
   double d = (double)m * tokens_per_pair * 6.0 * num_ranks;
@@ -462,9 +458,9 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
   int status = 0;
   for (int r = 0; r < R; r++)
     if (cnt[r] != a->num_tokens_per_rank[r] || cnt[r] < 0) status = 1;
-  int32_t dmsg = (int32_t)dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales,
-                                     a->num_topk);
-  int32_t cmsg = (int32_t)cmsg_bytes(a->hidden, a->num_topk);
+  int32_t dmsg = (int32_t)mep__epn_dmsg_bytes(a->hidden, a->x_elem_size,
+                                              a->num_scales, a->num_topk);
+  int32_t cmsg = (int32_t)mep__epn_cmsg_bytes(a->hidden, a->num_topk);
 
   uint64_t seq = ++b->nseq;
   int half = (int)(seq & 1);
@@ -599,7 +595,8 @@ static void build_dmsg(const mep_ep_normal_dispatch_args_t *a, int t,
                     (size_t)i * (size_t)a->scale_hidden_stride),
            4);
   if (a->num_topk > 0) {
-    char *q = m + dmsg_idx_off(a->hidden, a->x_elem_size, a->num_scales);
+    char *q =
+        m + mep__epn_dmsg_idx_off(a->hidden, a->x_elem_size, a->num_scales);
     memcpy(q, a->topk_idx + (size_t)t * a->num_topk, 8 * (size_t)a->num_topk);
     memcpy(q + 8 * (size_t)a->num_topk, a->topk_weights + (size_t)t * a->num_topk,
            4 * (size_t)a->num_topk);
@@ -630,7 +627,7 @@ static void unpack_dmsg(const mep_ep_normal_dispatch_args_t *a, int me, int L,
     memcpy((char *)a->recv_x_scales + j * 4 * (size_t)S, m + 16 + al(xb, 16),
            4 * (size_t)S);
   if (K > 0 && a->recv_topk_idx) {
-    const char *q = m + dmsg_idx_off(a->hidden, a->x_elem_size, S);
+    const char *q = m + mep__epn_dmsg_idx_off(a->hidden, a->x_elem_size, S);
     int64_t lo = (int64_t)me * L, hi = lo + L;
     for (int k = 0; k < K; k++) {
       int64_t e;
@@ -663,8 +660,8 @@ static int cuda_dispatch(mep_ep_normal_t *b,
       return INVALID("%s: no mep_ep_notify_dispatch before this dispatch, "
                      "and no cached_rank_prefix_matrix", fn);
     counts = b->counts;
-    uint64_t dmsg = dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales,
-                               a->num_topk);
+    uint64_t dmsg = mep__epn_dmsg_bytes(a->hidden, a->x_elem_size,
+                                        a->num_scales, a->num_topk);
     int rc = check_capacity(b, counts, a->recv_capacity, fn);
     if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
     if (rc) return rc;
@@ -749,7 +746,8 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
                      "%s says %d", fn, r, cnt[r],
                      rpm ? "cached rank_prefix_matrix" : "notify's counts",
                      counts[me * R + r]);
-  uint64_t dmsg = dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales, K);
+  uint64_t dmsg =
+      mep__epn_dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales, K);
   int rc = check_capacity(b, counts, a->recv_capacity, fn);
   if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
   if (rc) return rc;
@@ -925,7 +923,7 @@ int mep_ep_normal_combine(mep_ep_normal_t *b,
       return INVALID("%s: is_token_in_rank sent rank %d %d tokens; "
                      "rank_prefix_matrix says %d", fn, r, cnt[r],
                      counts[me * R + r]);
-  uint64_t cmsg = cmsg_bytes(H, K);
+  uint64_t cmsg = mep__epn_cmsg_bytes(H, K);
   int rc = check_pairs(b, counts, cmsg, fn, "rows");
   if (rc) return rc;
 

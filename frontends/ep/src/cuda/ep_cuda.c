@@ -44,8 +44,7 @@ struct mep__ep_cuda {
   mep__ep_trace_t trace;
 };
 
-/* An environment switch set to 0 (a diagnosis aid, docs/ep.md). */
-static int env_off(const char *name) {
+int mep__ep_env_off(const char *name) {
   const char *v = getenv(name);
   return v && strcmp(v, "0") == 0;
 }
@@ -137,8 +136,8 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
                      b->rank);
   }
   if (cu->sms < 1) cu->sms = 1;
-  cu->early_recv = major >= 9 && !env_off("MEP_EP_EARLY_RECV");
-  cu->pull = !env_off("MEP_EP_COMBINE_PULL");
+  cu->early_recv = major >= 9 && !mep__ep_env_off("MEP_EP_EARLY_RECV");
+  cu->pull = !mep__ep_env_off("MEP_EP_COMBINE_PULL");
   cu->cs_resident =
       cu->sms * mep__ep_combine_send_per_sm(EP_WARP_KERNEL_THREADS);
   cu->dr_resident =
@@ -156,7 +155,7 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
    * window says alike on every rank. MEP_EP_COMBINE_REDUCE: 0 never, 1
    * always, unset by the rule in mep__ep_cuda_combine. */
   const char *red = getenv("MEP_EP_COMBINE_REDUCE");
-  cu->reduce = env_off("MEP_EP_COMBINE_REDUCE") ? 0
+  cu->reduce = mep__ep_env_off("MEP_EP_COMBINE_REDUCE") ? 0
                : red && strcmp(red, "1") == 0  ? 2
                                                : 1;
   if (cu->has_proxy && cu->reduce) {

@@ -139,6 +139,10 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank);
 void mep__ep_devwin_leave(mep_comm_t *comm, mep_devwin_t *win,
                           const char *fn, int rank);
 
+/* An environment switch set to 0 (a diagnosis aid, docs/ep.md): read
+ * when a buffer is made, not per call. */
+int mep__ep_env_off(const char *name);
+
 /* 0 when p (may be NULL) is aligned to `a` bytes, which the kernels'
  * vector accesses need; else MEP_ERR_INVALID naming fn and what. */
 int mep__ep_check_align(const char *fn, const char *what, const void *p,

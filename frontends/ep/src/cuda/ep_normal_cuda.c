@@ -18,6 +18,8 @@ struct mep__epn_cuda {
   mep_devwin_t *win;
   const mep_dev_win_t *dwin; /* device */
   int has_proxy, sms;
+  int wide_recv;             /* the dispatch receive spreads over every SM
+                              * (MEP_EP_NORMAL_WIDE_RECV=0: no) */
   void *mem;                 /* one allocation for the three below */
   mep__epn_state_t *st;
   int32_t *active;           /* [R] */
@@ -50,6 +52,7 @@ int mep__epn_cuda_create(mep_ep_normal_t *b) {
     e = cudaDeviceGetAttribute(&cu->sms, cudaDevAttrMultiProcessorCount, dev);
   if (e != cudaSuccess)
     return fail(b, MEP_ERR_UNSUPPORTED, e, "no usable CUDA device");
+  cu->wide_recv = !mep__ep_env_off("MEP_EP_NORMAL_WIDE_RECV");
   size_t rr = (size_t)R, o_act = round16(sizeof(mep__epn_state_t));
   size_t o_rpm = o_act + round16(rr * 4);
   size_t bytes = o_rpm + (rr * rr + rr) * 4;
@@ -164,8 +167,7 @@ static int blocks_for(const mep_ep_normal_t *b, int channels, int rows) {
  * the config's SMs several times that (MEP_EP_NORMAL_WIDE_RECV=0 does so,
  * a diagnosis aid). */
 static int recv_blocks(const mep_ep_normal_t *b, int channels, int rows) {
-  const char *v = getenv("MEP_EP_NORMAL_WIDE_RECV");
-  if (v && strcmp(v, "0") == 0) return blocks_for(b, channels, rows);
+  if (!b->cuda->wide_recv) return blocks_for(b, channels, rows);
   return clampi((rows + 7) / 8, 1, 2 * b->cuda->sms);
 }
 

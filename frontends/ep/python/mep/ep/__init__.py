@@ -739,10 +739,10 @@ class Buffer:
             per_expert = torch.empty(local, dtype=torch.int32, device="cpu")
             rpm = torch.empty((size, size), dtype=torch.int32, device="cpu")
             cpm = torch.empty((size, channels), dtype=torch.int32, device="cpu")
-            # the count exchange runs on the host, over host copies
-            host = (lambda t: t.cpu()) if cuda else (lambda t: t)
-            act_h, in_rank_h = host(act), host(in_rank)
-            per_rank_h, per_expert_in = host(num_tokens_per_rank), host(num_tokens_per_expert)
+            # the count exchange runs on the host (.cpu() of a CPU tensor
+            # is the tensor itself)
+            act_h, in_rank_h = act.cpu(), in_rank.cpu()
+            per_rank_h, per_expert_in = num_tokens_per_rank.cpu(), num_tokens_per_expert.cpu()
             nargs = _c.NotifyArgs(
                 struct_size=ctypes.sizeof(_c.NotifyArgs), num_tokens=n, num_experts=experts,
                 expert_alignment=expert_alignment, num_channels=channels,
