@@ -17,7 +17,11 @@ the peer copy bandwidth (cudaMemcpyPeer, one GPU to the other) of this
 machine for scale. Before timing, every rank checks its dispatched rows
 and its combined tokens against its own inputs (exits 1 on a difference).
 
-Usage: scripts/bench-ep-normal.py [--tokens N] [--hidden H] [--json FILE]"""
+With --kernels N, N more calls of each run under torch's profiler and
+each kernel's mean time is printed per rank (the receive's includes its
+wait for the peer's send).
+
+Usage: scripts/bench-ep-normal.py [--tokens N] [--hidden H] [--kernels N] [--json FILE]"""
 import argparse
 import json
 import os
@@ -48,6 +52,26 @@ def median_us(fn, iters, warmup):
     torch.cuda.synchronize()
     times = sorted(a.elapsed_time(b) * 1000 for a, b in ev)
     return times[len(times) // 2]
+
+
+def kernel_us(fn, iters):
+    """Mean GPU time of each mep kernel fn launches (torch's profiler):
+    where a call's time goes between its send and its receive, whose time
+    includes its wait for the peers' sends."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        if "mep::ep" in e.key and e.count:
+            name = e.key.split("::")[-1].split("(")[0]
+            out[name] = e.device_time_total / e.count
+    return out
 
 
 def rank_rows(rank, world, port, args):
@@ -133,9 +157,15 @@ def rank_rows(rank, world, port, args):
     rows.append({"call": "combine with its sum", "mep_us": mep_us,
                  "nccl_us": median_us(nccl_combine, args.iters, args.warmup),
                  "bytes": nrecv * hidden * 2})
+    kernels = {}
+    if args.kernels:
+        for label, fn in (("dispatch BF16", lambda: buf.dispatch(x, handle=handle, config=cfg)),
+                          ("dispatch FP8", lambda: buf.dispatch(x8, handle=handle, config=cfg)),
+                          ("combine", lambda: buf.combine(y, handle, config=cfg))):
+            kernels[label] = kernel_us(fn, args.kernels)
     dist.barrier()
     buf.destroy()
-    return {"rows": rows, "check_failures": bad}
+    return {"rows": rows, "check_failures": bad, "kernels": kernels}
 
 
 def rank_main(rank, world, port, args, results):
@@ -155,6 +185,8 @@ def main():
     ap.add_argument("--iters", type=int, default=50, help="timed calls (default 50)")
     ap.add_argument("--warmup", type=int, default=5, help="warm-up calls (default 5)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds (default 600)")
+    ap.add_argument("--kernels", type=int, default=0, metavar="N",
+                    help="also profile N calls of each and print each kernel's mean time")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = ap.parse_args()
     if args.hidden <= 0 or args.hidden % 128 or args.experts % 2 or args.tokens < 1:
@@ -182,6 +214,13 @@ def main():
         print(f"| {row['call']} | {row['mep_us']:.1f} | {gbps:.0f} | {gbps / copy:.2f} | "
               f"{row['nccl_us']:.1f} | {row['mep_us'] / row['nccl_us']:.2f} |")
         rows.append(row)
+    if args.kernels:
+        print("\n| call | kernel | rank 0 (us) | rank 1 (us) |")
+        print("| --- | --- | ---: | ---: |")
+        for label, times in got[0]["kernels"].items():
+            for name, us in times.items():
+                other = got[1]["kernels"].get(label, {}).get(name, float("nan"))
+                print(f"| {label} | {name} | {us:.1f} | {other:.1f} |")
     bad = sum(got[r]["check_failures"] for r in got)
     if bad:
         print("bench-ep-normal: a rank's dispatched rows or combined tokens differ from "

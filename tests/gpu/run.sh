@@ -194,7 +194,7 @@ if want normal; then
   t ep-normal-cuda-tcp 300 env MEP_TEST_EP_DEVICE=cuda MEP_TRANSPORTS=tcp \
     "${py_normal[@]}" -k "roundtrip and 2 or killed and 3-1"
   if [ "$ngpu" -ge 2 ]; then
-    t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --json "$out/bench-ep-normal.json"
+    t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --kernels 20 --json "$out/bench-ep-normal.json"
     [ -f "$out/bench-ep-normal.log" ] && cat "$out/bench-ep-normal.log"
   fi
 fi

@@ -45,21 +45,22 @@ __device__ __forceinline__ void ep_st16(void *p, const ep_v16 &v) {
 
 /* A warp copies `nv` 16-byte units from src to dst (both 16-aligned);
  * cg: src is bytes a peer or the proxy wrote (ld.cg), else a read-only
- * input of the call (ld.nc). */
-template <bool CG>
+ * input of the call (ld.nc). U: loads in flight per lane (a send whose
+ * stores cross NVLink wants more than a local copy). */
+template <bool CG, int U = EP_COPY_UNROLL>
 __device__ __forceinline__ void ep_warp_copy(uint8_t *dst, const uint8_t *src,
                                              int nv, int lane) {
-  for (int base = 0; base < nv; base += EP_COPY_BATCH) {
-    ep_v16 d[EP_COPY_UNROLL];
+  for (int base = 0; base < nv; base += 32 * U) {
+    ep_v16 d[U];
 #pragma unroll
-    for (int u = 0; u < EP_COPY_UNROLL; u++) {
+    for (int u = 0; u < U; u++) {
       int v = base + u * 32 + lane;
       if (v < nv)
         d[u] = CG ? ep_ld16_cg(src + (size_t)v * 16)
                   : ep_ld16_nc(src + (size_t)v * 16);
     }
 #pragma unroll
-    for (int u = 0; u < EP_COPY_UNROLL; u++) {
+    for (int u = 0; u < U; u++) {
       int v = base + u * 32 + lane;
       if (v < nv) ep_st16(dst + (size_t)v * 16, d[u]);
     }

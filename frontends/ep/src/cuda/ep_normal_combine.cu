@@ -26,16 +26,21 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
   const uint64_t to = k.crecv + ((uint64_t)half * R + me) * P;
   epn_stage_gate(k, 1, deadline);
   __syncthreads();
+  /* the rows this rank keeps (its own tokens') are not sent: its
+   * receive reads them from x */
   const int M = k.rpm[(R - 1) * R + me], K = k.K;
+  const int a = epn_before(k.rpm, R, me, me), c = epn_count(k.rpm, R, me, me);
   const size_t rb = 2 * (size_t)k.hidden;
-  for (int j = blockIdx.x * nw + (tid >> 5); j < M; j += gridDim.x * nw) {
+  for (int jj = blockIdx.x * nw + (tid >> 5); jj < M - c;
+       jj += gridDim.x * nw) {
+    const int j = jj < a ? jj : jj + c;
     int i;
     const int s = epn_row_source(k.rpm, R, me, j, &i);
     if (!ep_active(k.active, s) || ((uint64_t)i + 1) * cmsg > P) continue;
     uint8_t *m = mep_dev_dst(w, s, to + (uint64_t)i * cmsg,
                              k.cstage + (uint64_t)j * cmsg);
-    ep_warp_copy<false>(m, (const uint8_t *)k.cx + (size_t)j * rb,
-                        (int)(rb / 16), lane);
+    ep_warp_copy<false, 16>(m, (const uint8_t *)k.cx + (size_t)j * rb,
+                            (int)(rb / 16), lane);
     for (int q = lane; q < K; q += 32)
       ((float *)(m + rb))[q] = k.cw[(size_t)j * K + q];
   }
@@ -45,14 +50,15 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
     if (!ep_active(k.active, s)) continue;
     epn_deliver(k, s, to,
                 k.cstage + (uint64_t)epn_before(k.rpm, R, s, me) * cmsg,
-                (uint64_t)epn_count(k.rpm, R, s, me), cmsg,
+                s == me ? 0 : (uint64_t)epn_count(k.rpm, R, s, me), cmsg,
                 k.csig + ((uint64_t)half * R + me) * 8, seq, deadline);
   }
   epn_finish(k, MEP__EP_CS, 1, seq);
 }
 
 /* A block per token: its rows' places from send_head (rank r keeps this
- * rank's rows after those of the sources before it). */
+ * rank's rows after those of the sources before it; this rank's own are
+ * rows of x, their weights rows of topk_weights). */
 __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
     combine_recv(mep__epn_k_t k) {
   extern __shared__ const uint8_t *rows[];
@@ -68,10 +74,13 @@ __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
     for (int r = tid; r < R; r += T) {
       const int h = k.send_head_in[(size_t)t * R + r];
       const uint64_t slot = (uint64_t)(h - epn_before(k.rpm, R, me, r));
-      rows[r] = h >= 0 && ep_active(k.active, r) && (slot + 1) * cmsg <= P
-                    ? mep_dev_src(w, r, k.crecv + ((uint64_t)half * R + r) * P +
-                                            slot * cmsg)
-                    : NULL;
+      const uint8_t *p = NULL;
+      if (h >= 0 && r == me)
+        p = (const uint8_t *)k.cx + (size_t)h * 2 * H;
+      else if (h >= 0 && ep_active(k.active, r) && (slot + 1) * cmsg <= P)
+        p = mep_dev_src(w, r,
+                        k.crecv + ((uint64_t)half * R + r) * P + slot * cmsg);
+      rows[r] = p;
     }
     __syncthreads();
     for (int q = tid; q < nv; q += T) {
@@ -103,8 +112,13 @@ __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
     }
     for (int q = tid; q < K; q += T) {
       float sum = 0.0f;
-      for (int r = 0; r < R; r++)
-        if (rows[r]) sum += __uint_as_float(epn_ld32_cg(rows[r] + 2 * H + 4 * q));
+      for (int r = 0; r < R; r++) {
+        if (!rows[r]) continue;
+        const float *wr =
+            r == me ? k.cw + (size_t)k.send_head_in[(size_t)t * R + me] * K
+                    : (const float *)(rows[r] + 2 * (size_t)H);
+        sum += __uint_as_float(epn_ld32_cg(wr + q));
+      }
       k.out_w[(size_t)t * K + q] = sum;
     }
     __syncthreads();

@@ -11,9 +11,15 @@ namespace {
 #define EPN_SEND_THREADS 512
 #define EPN_RECV_THREADS 256
 
+/* Loads in flight per lane in a send's row copy: its stores cross
+ * NVLink, so each round trip should carry as much as registers allow. */
+#define EPN_SEND_UNROLL 16
+
 /* A warp stores token t's message at m (ep_normal.h: the layout). For
  * this rank itself only the header: its receive reads the rest from the
- * call's own inputs, which saves the send a copy of every row it keeps. */
+ * call's own inputs, which saves the send a copy of every row it keeps.
+ * The first scales and top-k entries are loaded before the row, so that
+ * their latency hides under the copy's instead of following it. */
 __device__ __forceinline__ void write_msg(const mep__epn_k_t &k, int t,
                                           uint8_t *m, int lane, bool self) {
   const size_t xb = (size_t)k.hidden * (size_t)k.es;
@@ -22,16 +28,30 @@ __device__ __forceinline__ void write_msg(const mep__epn_k_t &k, int t,
     ep_st16(m, h);
   }
   if (self) return;
-  ep_warp_copy<false>(m + 16, k.x + (size_t)t * xb, (int)(xb / 16), lane);
-  uint32_t *sc = (uint32_t *)(m + 16 + xb);
   const uint32_t *xs = (const uint32_t *)k.x_scales;
-  for (int i = lane; i < k.num_scales; i += 32)
-    sc[i] = xs[(size_t)t * (size_t)k.sts + (size_t)i * (size_t)k.shs];
+  const size_t sts = (size_t)k.sts, shs = (size_t)k.shs;
+  const int S = k.num_scales, K = k.K;
+  const int64_t *ti = k.topk_idx + (size_t)t * K;
+  const float *tw = k.topk_w + (size_t)t * K;
+  const uint32_t s0 = lane < S ? xs[t * sts + lane * shs] : 0u;
+  const uint32_t s1 = lane + 32 < S ? xs[t * sts + (lane + 32) * shs] : 0u;
+  const int64_t e0 = lane < K ? ti[lane] : 0;
+  const float w0 = lane < K ? tw[lane] : 0.0f;
+  ep_warp_copy<false, EPN_SEND_UNROLL>(m + 16, k.x + (size_t)t * xb,
+                                       (int)(xb / 16), lane);
+  uint32_t *sc = (uint32_t *)(m + 16 + xb);
+  if (lane < S) sc[lane] = s0;
+  if (lane + 32 < S) sc[lane + 32] = s1;
+  for (int i = lane + 64; i < S; i += 32) sc[i] = xs[t * sts + i * shs];
   int64_t *idx = (int64_t *)(m + k.idx_off);
-  float *wt = (float *)(idx + k.K);
-  for (int j = lane; j < k.K; j += 32) {
-    idx[j] = k.topk_idx[(size_t)t * k.K + j];
-    wt[j] = k.topk_w[(size_t)t * k.K + j];
+  float *wt = (float *)(idx + K);
+  if (lane < K) {
+    idx[lane] = e0;
+    wt[lane] = w0;
+  }
+  for (int j = lane + 32; j < K; j += 32) {
+    idx[j] = ti[j];
+    wt[j] = tw[j];
   }
 }
 
