@@ -151,15 +151,16 @@ __device__ __forceinline__ void ep_clear(int32_t *active, int r) {
 #define EP_SPIN_NS 20000u
 
 /* Polls the signal word at p until it carries call `seq` (its high half,
- * the call number, reaches seq), rank r goes inactive (another thread gave
+ * the call number, reaches seq) with a low half of at least `need` (a
+ * later call's word counts too), rank r goes inactive (another thread gave
  * up on it) or deadline_ns passes, which clears r in active: every waiter
  * skips a silent source from then on. 1 and *word on success; 0 else. The
  * load is an acquire at system scope: what the signal covers is visible
  * to the calling thread (and, after a barrier, to its block). */
-__device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
-                                            int32_t *active, int r,
-                                            uint64_t deadline_ns,
-                                            uint64_t *word) {
+__device__ __forceinline__ int ep_wait_count(const uint64_t *p, uint64_t seq,
+                                             uint32_t need, int32_t *active,
+                                             int r, uint64_t deadline_ns,
+                                             uint64_t *word) {
   /* Spin without naps for the first EP_SPIN_NS: the signal usually
    * comes within microseconds and a nap only delays seeing it. Then
    * short naps (the peer's kernel may share this GPU, which time-slices
@@ -168,7 +169,7 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
   unsigned ns = 32;
   for (;;) {
     uint64_t v = mep_dev_load_acquire((const volatile uint64_t *)p);
-    if ((v >> 32) >= seq) {
+    if ((v >> 32) > seq || ((v >> 32) == seq && (uint32_t)v >= need)) {
       *word = v;
       return 1;
     }
@@ -183,6 +184,14 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
     __nanosleep(ns);
     if (ns < 256) ns *= 2;
   }
+}
+
+/* The wait for a word of call `seq`, whatever its low half. */
+__device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
+                                            int32_t *active, int r,
+                                            uint64_t deadline_ns,
+                                            uint64_t *word) {
+  return ep_wait_count(p, seq, 0, active, r, deadline_ns, word);
 }
 
 /* One thread: before a send kernel writes the stages of this rank's host

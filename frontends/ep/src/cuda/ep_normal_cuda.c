@@ -147,6 +147,14 @@ static void fill_common(mep_ep_normal_t *b, int32_t *active,
   k->csig = l->csig;
   k->agree = l->cnt;
   k->agree_slot = l->cw;
+  /* after the agreement words of dispatch and combine (epn_settle) */
+  k->prog = 16 * (((uint64_t)b->size + 31) / 32);
+}
+
+/* Send blocks the dispatch's progress words have room for: a word of the
+ * source, then two per block, in what an agreement slot leaves. */
+static int prog_blocks(const mep__epn_k_t *k) {
+  return (int)((k->agree_slot - k->prog - 8) / 16);
 }
 
 static int clampi(int v, int lo, int hi) {
@@ -161,14 +169,15 @@ static int blocks_for(const mep_ep_normal_t *b, int channels, int rows) {
   return clampi(want < rows ? want : rows, 1, 4 * b->cuda->sms);
 }
 
-/* Blocks of the dispatch receive (8 warps, a row each): every SM twice
- * over, fewer for few rows. The receive is a local copy of bytes already
- * here; spread over the GPU it takes a few tens of microseconds, held to
- * the config's SMs several times that (MEP_EP_NORMAL_WIDE_RECV=0 does so,
- * a diagnosis aid). */
-static int recv_blocks(const mep_ep_normal_t *b, int channels, int rows) {
-  if (!b->cuda->wide_recv) return blocks_for(b, channels, rows);
-  return clampi((rows + 7) / 8, 1, 2 * b->cuda->sms);
+/* SMs of the dispatch receive, which runs beside the send and copies
+ * each row as it comes: those the send leaves (all of them where the send
+ * takes most); the launch puts as many blocks on each as fit.
+ * MEP_EP_NORMAL_WIDE_RECV=0 holds it to the config's SMs instead (a
+ * diagnosis aid: the copy then trails the send). */
+static int recv_sms(const mep_ep_normal_t *b, int channels, int send) {
+  int sms = b->cuda->sms, left = sms - send;
+  if (!b->cuda->wide_recv) return blocks_for(b, channels, sms);
+  return left >= sms / 4 ? left : sms;
 }
 
 static int launched(mep_ep_normal_t *b, int err, const char *what) {
@@ -243,7 +252,9 @@ int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
   k.recv_topk = a->recv_topk_idx;
   k.recv_w = a->recv_topk_weights;
   k.send_blocks = blocks_for(b, a->num_channels, a->num_tokens);
-  k.recv_blocks = recv_blocks(b, a->num_channels, a->recv_capacity);
+  if (k.send_blocks > prog_blocks(&k)) k.send_blocks = prog_blocks(&k);
+  k.recv_blocks = recv_sms(b, a->num_channels, k.send_blocks);
+  k.recv_rows = a->recv_capacity;
   return launched(b, mep__epn_launch_dispatch(&k, a->stream),
                   "mep_ep_normal_dispatch: launching the kernels");
 }

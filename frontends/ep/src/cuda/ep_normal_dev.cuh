@@ -45,6 +45,13 @@ __device__ __forceinline__ uint64_t epn_ld64_cg(const void *p) {
   return v;
 }
 
+/* Where the words of slot (half, s) start in a window: rank s's
+ * agreement view and, at k.prog, its dispatch progress (ep_normal_k.h). */
+__device__ __forceinline__ uint64_t epn_slot(const mep__epn_k_t &k, int half,
+                                             int s) {
+  return k.agree + ((uint64_t)half * k.R + s) * k.agree_slot;
+}
+
 /* The call's number of its kind (completed calls + 1). */
 __device__ __forceinline__ uint64_t epn_seq(const mep__epn_k_t &k, int kind) {
   return *(const volatile uint64_t *)&k.st->d.seq[kind] + 1;
@@ -85,32 +92,24 @@ __device__ __forceinline__ void epn_finish(const mep__epn_k_t &k, int kind,
   *(volatile uint64_t *)&k.st->d.seq[kind] = seq;
 }
 
-/* Every block of a receive kernel calls it first (all threads). Block 0
- * waits for each active rank's signal word at sig_off (a source that
- * misses the deadline is cleared), then runs the agreement round: it
- * sends its view of the active ranks to every rank in it, waits for
- * theirs (under a fresh deadline, so that survivors that spent theirs on a
- * dead rank still hear each other) and clears every rank some view
- * lacks; a rank whose view does not come is cleared too. Then it
- * releases the other blocks, which wait for that. With one failure per
- * call, every survivor ends with the same ranks: a view differs from the
- * others only by the ranks its owner did not hear from, and every
- * survivor takes every survivor's view. */
-static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
-                                        uint64_t sig_off, uint64_t seq,
-                                        int half, uint64_t deadline) {
+/* The threads of one block: wait for each active rank's signal word at
+ * sig_off (a source that misses the deadline is cleared), then run the
+ * agreement round: send this rank's view of the active ranks to every
+ * rank in it, wait for theirs (under a fresh deadline, so that survivors
+ * that spent theirs on a dead rank still hear each other) and clear every
+ * rank some view lacks; a rank whose view does not come is cleared too.
+ * With one failure per call, every survivor ends with the same ranks: a
+ * view differs from the others only by the ranks its owner did not hear
+ * from, and every survivor takes every survivor's view. */
+static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
+                                              int which, uint64_t sig_off,
+                                              uint64_t seq, int half,
+                                              uint64_t deadline) {
   __shared__ unsigned int view[MEP__EPN_MAX_RANKS / 32];
   __shared__ unsigned int mask[MEP__EPN_MAX_RANKS / 32];
   const int R = k.R, me = k.rank, T = blockDim.x, tid = threadIdx.x;
   const int W = (R + 31) / 32;
   const mep_dev_win_t *w = k.win;
-  volatile uint64_t *agreed = &k.st->agreed[which];
-  if (blockIdx.x) {
-    if (tid == 0)
-      while (mep_dev_load_acquire(agreed) < seq) __nanosleep(256);
-    __syncthreads();
-    return;
-  }
   for (int r = tid; r < R; r += T) {
     uint64_t word;
     if (ep_active(k.active, r))
@@ -131,14 +130,14 @@ static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
   const uint64_t again = mep_dev_now_ns() + k.timeout_ns;
   for (int r = tid; r < R; r += T) {
     if (!(view[r / 32] >> (r % 32) & 1)) continue;
-    const uint64_t off = k.agree + ((uint64_t)half * R + me) * k.agree_slot;
+    const uint64_t off = epn_slot(k, half, me);
     for (int i = 0; i < W; i++)
       (void)mep_dev_signal(w, r, off + slot + 8 * (uint64_t)i,
                            (seq << 32) | view[i], again);
   }
   for (int r = tid; r < R; r += T) {
     if (!(view[r / 32] >> (r % 32) & 1)) continue;
-    const uint64_t off = k.agree + ((uint64_t)half * R + r) * k.agree_slot;
+    const uint64_t off = epn_slot(k, half, r);
     for (int i = 0; i < W; i++) {
       uint64_t word = 0;
       if (!ep_wait_word((const uint64_t *)mep_dev_src(
@@ -154,7 +153,23 @@ static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
   for (int r = tid; r < R; r += T)
     if (!(mask[r / 32] >> (r % 32) & 1) && r != me) ep_clear(k.active, r);
   __syncthreads();
-  if (tid == 0) {
+}
+
+/* Every block of a receive kernel calls it first (all threads): block 0
+ * agrees (epn_agree), then releases the other blocks, which wait for
+ * that. */
+static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
+                                        uint64_t sig_off, uint64_t seq,
+                                        int half, uint64_t deadline) {
+  volatile uint64_t *agreed = &k.st->agreed[which];
+  if (blockIdx.x) {
+    if (threadIdx.x == 0)
+      while (mep_dev_load_acquire(agreed) < seq) __nanosleep(256);
+    __syncthreads();
+    return;
+  }
+  epn_agree(k, which, sig_off, seq, half, deadline);
+  if (threadIdx.x == 0) {
     __threadfence();
     mep_dev_store_release((volatile uint64_t *)agreed, seq);
   }

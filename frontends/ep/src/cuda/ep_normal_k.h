@@ -8,6 +8,11 @@
  * window's count slots hold the agreement words instead: slot (half, s)
  * holds rank s's view of the active ranks after its waits, W = ceil(R /
  * 32) words for dispatch then W for combine, each (seq << 32) | 32 bits.
+ * After them, at `prog` in the slot, the dispatch's progress words for a
+ * mapped source: (seq << 32) | its number of send blocks, then per block
+ * (seq << 32) | its first place in this rank's area and (seq << 32) |
+ * the rows it has stored so far, so that this rank's receive copies rows
+ * while the source still sends (ep_normal_dispatch.cu).
  * Call numbers live in device memory (mep__ep_dstate_t's seq, per kind),
  * as in the low-latency kernels, so calls replay in CUDA graphs. */
 #ifndef MEP_EP_NORMAL_K_H
@@ -29,7 +34,10 @@ extern "C" {
 typedef struct mep__epn_state {
   mep__ep_dstate_t d;  /* seq, done (last block) and mark per kind */
   uint64_t agreed[2];  /* dispatch, combine receive: the call whose
-                        * agreement block 0 finished */
+                        * agreement block 0 finished (combine only now) */
+  unsigned int lost[MEP__EPN_MAX_RANKS / 32]; /* sources whose wait gave up
+                                               * in the dispatch receive
+                                               * (its last block clears) */
 } mep__epn_state_t;
 
 typedef struct mep__epn_k {
@@ -40,10 +48,14 @@ typedef struct mep__epn_k {
   int32_t *active;           /* device [R], the call's */
   /* offsets of the window's areas; P bytes per (half, source) */
   uint64_t P, drecv, crecv, dstage, cstage, dsig, csig, agree, agree_slot;
+  uint64_t prog;             /* progress words' offset in an agree slot */
   const int32_t *rpm;        /* device [R][R]: rank_prefix_matrix */
   const int32_t *src_tokens; /* device [R]: each source's num_tokens, for
                               * recv_channel_prefix_matrix; NULL: none */
   int send_blocks, send_threads, recv_blocks, recv_threads;
+  int recv_rows;             /* dispatch: rows the receive may get (its
+                              * blocks: recv_blocks SMs' worth, at most a
+                              * warp per row) */
   int num_tokens;
   const int32_t *send_head_in; /* combine: the dispatch's send_head */
   /* dispatch */
