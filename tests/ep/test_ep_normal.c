@@ -112,7 +112,10 @@ static void run_case(mep_comm_t *comm, mep_ep_normal_t *buf, const ncase_t *c,
   int32_t *nth = malloc(4 * (size_t)R);
   uint8_t *itr = malloc((size_t)N * R + 1);
   mep_ep_layout_args_t la = {sizeof la, mi->idx, N, K, E, R, 1, ntr, nth, nte,
-                             itr};
+                             itr, 0x8u, NULL};
+  CHECK_RC(mep_ep_get_dispatch_layout(&la), MEP_ERR_INVALID);
+  CHECK_MSG("flags 0x8");
+  la.flags = MEP_EP_HOST;
   CHECK_OK(mep_ep_get_dispatch_layout(&la));
   for (int r = 0; r < R; r++) {
     int want = 0;
@@ -356,8 +359,9 @@ static int small(mep_comm_t *comm) {
   int E = R, N = in.n;
   int32_t ntr[8], nte[8], rpm[64], pe[1];
   uint8_t *itr = malloc((size_t)N * R + 1);
-  mep_ep_layout_args_t la = {sizeof la, in.idx, N, 2, E, R, 1, ntr, NULL, nte,
-                             itr};
+  /* a struct of the size before flags: the host path */
+  mep_ep_layout_args_t la = {offsetof(mep_ep_layout_args_t, flags), in.idx, N,
+                             2, E, R, 1, ntr, NULL, nte, itr, 0x8u, NULL};
   CHECK_OK(mep_ep_get_dispatch_layout(&la));
   int nrecv;
   mep_ep_notify_args_t na = {sizeof na, N, E, 1, 0, ntr, nte, itr, 128, 2, 0,

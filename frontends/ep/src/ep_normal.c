@@ -230,10 +230,16 @@ size_t mep_ep_normal_pair_bytes(const mep_ep_normal_t *b) {
 int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *a) {
   const char *fn = "mep_ep_get_dispatch_layout";
   if (!a) return INVALID("%s: args is NULL", fn);
-  if (a->struct_size < sizeof(mep_ep_layout_args_t))
-    return INVALID("%s: args->struct_size %zu is less than "
-                   "sizeof(mep_ep_layout_args_t) (%zu)", fn, a->struct_size,
-                   sizeof(mep_ep_layout_args_t));
+  size_t least = offsetof(mep_ep_layout_args_t, flags);
+  if (a->struct_size < least)
+    return INVALID("%s: args->struct_size %zu is less than %zu", fn,
+                   a->struct_size, least);
+  unsigned flags = a->struct_size >= sizeof(mep_ep_layout_args_t)
+                       ? a->flags
+                       : MEP_EP_HOST;
+  if (flags != 0 && flags != MEP_EP_HOST && flags != MEP_EP_CUDA)
+    return INVALID("%s: flags 0x%x must be 0, MEP_EP_HOST or MEP_EP_CUDA",
+                   fn, flags);
   int N = a->num_tokens, K = a->num_topk, E = a->num_experts,
       R = a->num_ranks;
   if (N < 0) return INVALID("%s: num_tokens %d is negative", fn, N);
@@ -254,6 +260,14 @@ int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *a) {
                    : !a->num_tokens_per_expert ? "num_tokens_per_expert"
                    : !a->is_token_in_rank      ? "is_token_in_rank"
                                                : "topk_idx");
+  if (flags == MEP_EP_CUDA) {
+#ifdef MEP_HAVE_CUDA
+    return mep__epn_cuda_layout(a);
+#else
+    return mep_set_error(MEP_ERR_UNSUPPORTED, 0, "%s: MEP_EP_CUDA: this "
+                         "libmep_ep was built without CUDA", fn);
+#endif
+  }
   int L = E / R;
   for (int t = 0; t < N; t++)
     for (int k = 0; k < K; k++) {

@@ -75,6 +75,9 @@ static inline uint64_t mep__epn_cmsg_bytes(int hidden, int k) {
  * arguments ep_normal.c validated and counts (device or host) as below. */
 int mep__epn_cuda_create(mep_ep_normal_t *b);
 void mep__epn_cuda_destroy(mep_ep_normal_t *b);
+/* mep_ep_get_dispatch_layout with MEP_EP_CUDA, its arguments checked
+ * but for the indices. */
+int mep__epn_cuda_layout(const mep_ep_layout_args_t *a);
 /* The buffer's device active ranks (int32 [R]). */
 int32_t *mep__epn_cuda_active(mep_ep_normal_t *b);
 /* Copies the device active ranks to host (to_host 1) or back (0),

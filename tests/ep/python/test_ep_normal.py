@@ -108,6 +108,19 @@ def one_case(mep_ep, buf, rank, R, ci, fp8):
     assert ntr.dtype == torch.int32 and nte.dtype == torch.int32 and itr.dtype == torch.bool
     assert np.array_equal(npy(ntr), want_ntr) and np.array_equal(npy(nte), want_nte)
     assert np.array_equal(npy(itr), want_itr)
+    if dev.type == "cuda" and idx.numel():
+        # on CUDA the layout does not stop the stream to check the indices:
+        # one out of range counts as -1 there; the dispatch refuses it
+        bad = idx.clone()
+        bad[0, 0] = E
+        none = idx_np.copy()
+        none[0, 0] = -1
+        b_ntr, _, b_nte, b_itr, _ = buf.get_dispatch_layout(bad, E)
+        assert [npy(t).tolist() for t in (b_ntr, b_nte, b_itr)] == \
+            [a.tolist() for a in ref_layout(none, E, R)]
+        with pytest.raises(ValueError, match="experts are"):
+            buf.dispatch(x, num_tokens_per_rank=b_ntr, is_token_in_rank=b_itr,
+                         num_tokens_per_expert=b_nte, topk_idx=bad, topk_weights=w)
 
     if fp8:
         # DeepEP's test: per-token FP8 with column-major scales

@@ -289,7 +289,14 @@ MEP_API size_t mep_ep_normal_pair_bytes(const mep_ep_normal_t *buf);
  * wanted); num_tokens_per_expert int32 [num_experts]; is_token_in_rank
  * bool (uint8 0/1) [num_tokens, num_ranks]. MEP_ERR_INVALID for an index
  * outside -1..num_experts-1, num_experts not a multiple of num_ranks,
- * ranks_per_host not dividing num_ranks, NULL pointers. Thread-safe. */
+ * ranks_per_host not dividing num_ranks, NULL pointers. Thread-safe.
+ * flags MEP_EP_CUDA: every array is device memory and the work is only
+ * queued on `stream` (a cudaStream_t; NULL: the legacy default stream),
+ * as DeepEP's layout kernel; an index outside -1..num_experts-1 then
+ * counts as -1 (reporting it would need the stream to stop;
+ * mep_ep_normal_dispatch's kernels ignore such an index too).
+ * MEP_ERR_UNSUPPORTED from a library built without CUDA. Structs of the
+ * size before `flags` are taken as flags MEP_EP_HOST. */
 typedef struct mep_ep_layout_args {
   size_t struct_size; /* sizeof(mep_ep_layout_args_t) */
   const int64_t *topk_idx;
@@ -299,6 +306,8 @@ typedef struct mep_ep_layout_args {
   int32_t *num_tokens_per_rdma_rank; /* may be NULL */
   int32_t *num_tokens_per_expert;
   uint8_t *is_token_in_rank;
+  unsigned flags;                   /* 0 or MEP_EP_HOST, or MEP_EP_CUDA */
+  void *stream;                     /* MEP_EP_CUDA: cudaStream_t */
 } mep_ep_layout_args_t;
 MEP_API int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *args);
 

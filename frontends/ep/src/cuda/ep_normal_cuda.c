@@ -295,3 +295,35 @@ int mep__epn_cuda_combine(mep_ep_normal_t *b,
   return launched(b, mep__epn_launch_combine(&k, a->stream),
                   "mep_ep_normal_combine: launching the kernels");
 }
+
+int mep__epn_cuda_layout(const mep_ep_layout_args_t *a) {
+  const aligned_t al[] = {{"topk_idx", a->topk_idx, 8},
+            {"num_tokens_per_rank", a->num_tokens_per_rank, 4},
+            {"num_tokens_per_rdma_rank", a->num_tokens_per_rdma_rank, 4},
+            {"num_tokens_per_expert", a->num_tokens_per_expert, 4}};
+  int rc = check_aligned("mep_ep_get_dispatch_layout", al,
+                         sizeof al / sizeof al[0]);
+  if (rc) return rc;
+  mep__epn_layout_k_t k;
+  memset(&k, 0, sizeof k);
+  k.topk_idx = a->topk_idx;
+  k.N = a->num_tokens;
+  k.K = a->num_topk;
+  k.E = a->num_experts;
+  k.R = a->num_ranks;
+  k.L = a->num_experts / a->num_ranks;
+  if (a->num_tokens_per_rdma_rank) {
+    k.rph = a->ranks_per_host;
+    k.H = a->num_ranks / a->ranks_per_host;
+  }
+  k.per_rank = a->num_tokens_per_rank;
+  k.per_host = a->num_tokens_per_rdma_rank;
+  k.per_expert = a->num_tokens_per_expert;
+  k.in_rank = a->is_token_in_rank;
+  int e = mep__epn_launch_layout(&k, a->stream);
+  if (e)
+    return mep_set_error(MEP_ERR_SYSTEM, 0, "mep_ep_get_dispatch_layout: "
+                         "queueing the layout on the GPU: %s",
+                         cudaGetErrorString((cudaError_t)e));
+  return 0;
+}

@@ -84,7 +84,20 @@ typedef struct mep__epn_k {
   uint64_t cmsg;
 } mep__epn_k_t;
 
-/* Queue the two kernels of an operation on `stream`; cudaGetLastError()'s
+/* mep_ep_get_dispatch_layout on device memory (ep_normal_layout.cu). */
+typedef struct mep__epn_layout_k {
+  const int64_t *topk_idx; /* [N][K] */
+  int N, K, E, R, L, H, rph; /* H hosts of rph ranks (0: not counted) */
+  int32_t *per_rank, *per_host, *per_expert;
+  uint8_t *in_rank;          /* [N][R] */
+  int shared;                /* set by the launch */
+} mep__epn_layout_k_t;
+
+/* Zeroes the counts and queues the layout kernel on `stream`; a
+ * cudaError_t (0: queued). */
+int mep__epn_launch_layout(const mep__epn_layout_k_t *k, void *stream);
+
+/* Queue the kernels of an operation on `stream`; cudaGetLastError()'s
  * code (0: queued). */
 int mep__epn_launch_dispatch(const mep__epn_k_t *k, void *stream);
 int mep__epn_launch_combine(const mep__epn_k_t *k, void *stream);

@@ -615,22 +615,25 @@ class Buffer:
                                                                 (topk_idx,))
 
     def _cuda_layout(self, topk_idx, experts, async_finish):
-        """get_dispatch_layout on the GPU with torch operations (the same
-        counts as mep_ep_get_dispatch_layout; one check of the indices)."""
+        """get_dispatch_layout on the GPU: one kernel on the current stream
+        (mep_ep_get_dispatch_layout with MEP_EP_CUDA). topk_idx is not read
+        back to check it (that would stop the stream): an index outside
+        0 .. experts - 1 counts as -1 here, and dispatch raises ValueError
+        for it."""
         dev, size = topk_idx.device, self.group_size
         n, k = topk_idx.shape
-        _check_experts(topk_idx, experts)
-        valid = topk_idx >= 0
-        # a column past the ranks takes the -1 entries
-        ranks = torch.where(valid, topk_idx // (experts // size), size)
-        in_rank = torch.zeros((n, size + 1), dtype=torch.bool, device=dev)
-        in_rank.scatter_(1, ranks, True)
-        in_rank = in_rank[:, :size].contiguous()
-        per_rank = in_rank.sum(0, dtype=torch.int32)
-        per_expert = torch.zeros(experts + 1, dtype=torch.int32, device=dev)
-        per_expert.index_add_(0, torch.where(valid, topk_idx, experts).flatten(),
-                              torch.ones(n * k, dtype=torch.int32, device=dev))
-        per_expert = per_expert[:experts]
+        topk_idx = topk_idx.contiguous()
+        counts = torch.empty(size + experts, dtype=torch.int32, device=dev)
+        per_rank, per_expert = counts[:size], counts[size:]
+        in_rank = torch.empty((n, size), dtype=torch.bool, device=dev)
+        args = _c.LayoutArgs(struct_size=ctypes.sizeof(_c.LayoutArgs),
+                             topk_idx=self._ptr(topk_idx), num_tokens=n, num_topk=k,
+                             num_experts=experts, num_ranks=size, ranks_per_host=size,
+                             num_tokens_per_rank=per_rank.data_ptr(),
+                             num_tokens_per_expert=per_expert.data_ptr(),
+                             is_token_in_rank=self._ptr(in_rank), flags=_c.CUDA,
+                             stream=self._stream(dev))
+        _c.check(self._lib.ep_get_dispatch_layout(ctypes.byref(args)), "get_dispatch_layout")
         return per_rank, None, per_expert, in_rank, self._event(async_finish, dev, (topk_idx,))
 
     @staticmethod

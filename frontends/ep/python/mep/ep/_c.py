@@ -83,7 +83,8 @@ class LayoutArgs(ctypes.Structure):
                 ("num_tokens", _i), ("num_topk", _i), ("num_experts", _i),
                 ("num_ranks", _i), ("ranks_per_host", _i),
                 ("num_tokens_per_rank", _vp), ("num_tokens_per_rdma_rank", _vp),
-                ("num_tokens_per_expert", _vp), ("is_token_in_rank", _vp)]
+                ("num_tokens_per_expert", _vp), ("is_token_in_rank", _vp),
+                ("flags", ctypes.c_uint), ("stream", _vp)]
 
 
 class NotifyArgs(ctypes.Structure):
