@@ -5,15 +5,20 @@
 # against ib_write_lat's (perftest reports half a round trip; it is doubled
 # here, so both columns are round trips), and both against the raw verbs
 # floor of tests/verbs/verbs_floor.c: the same ping-pong with one WRITE per
-# message, and with the two a one-sided put+signal needs (the data, then
-# the flag word). Each is run REPEAT times (default
+# message, with the two a one-sided put+signal needs (the data, then
+# the flag word), and with one WRITE with immediate whose receive
+# completion the peer takes (what a signal in band costs). Each is run REPEAT times (default
 # 5), interleaved, and the medians are printed as a markdown table ready
 # for docs/perf.md. perftest reports MB/s of 2^20 bytes; the table is in
-# GB/s of 10^9 bytes, as mep-plugin-check prints.
+# GB/s of 10^9 bytes, as mep-plugin-check prints. The round trip is also
+# measured with [verbs] fuse_signals = off (each signal its own RDMA
+# request, as before the signal rode in the put's immediate), in the same
+# interleaved loop.
 # Where this host has no RDMA device the whole run happens in the Soft-RoCE
 # VM of scripts/rdma-vm.sh (rxe0, GID index 1): a software device under
 # emulation, whose absolute numbers mean little; the ratios are the result.
 # Usage: scripts/bench-verbs.sh [REPEAT]     (after scripts/setup.sh)
+# BUILD_DIR: the build tree to measure (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeat=${1:-5}
@@ -23,9 +28,10 @@ if [ "${RUN_VM_INSIDE:-0}" != 1 ] && ! ls /sys/class/infiniband/* >/dev/null 2>&
 fi
 dev=${BENCH_DEVICE:-$(ls /sys/class/infiniband | head -1)}
 gid=${BENCH_GID_INDEX:-1}
-check=build/tools/plugin-check/mep-plugin-check
-verbs=build/plugins/verbs/libmep-transport-verbs.so
-floor=build/tests/verbs/verbs_floor
+bd=${BUILD_DIR:-build}
+check=$bd/tools/plugin-check/mep-plugin-check
+verbs=$bd/plugins/verbs/libmep-transport-verbs.so
+floor=$bd/tests/verbs/verbs_floor
 export MEP_VERBS_DEVICE=$dev
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -42,48 +48,56 @@ perftest() {
   wait "$srv" || true
 }
 
-pl=(); pb=(); ml=(); mb=(); f1=(); f2=()
+pl=(); pb=(); ml=(); mb=(); f1=(); f2=(); f3=(); mo=()
 for ((i = 0; i < repeat; i++)); do
   pl+=("$(perftest ib_write_lat -s 8 -n 5000 | awk '{print 2 * $5}')")
   f1+=("$("$floor" 1 5000 "$dev" "$gid")")
   f2+=("$("$floor" 2 5000 "$dev" "$gid")")
+  f3+=("$("$floor" 3 5000 "$dev" "$gid")")
   pb+=("$(perftest ib_write_bw -s 67108864 -n 8 | awk '{printf "%.4f", $4 * 1048576 / 1e9}')")
   out=$("$check" --bench --iters 5000 --iters-bw 8 "$verbs")
   ml+=("$(awk '$1 == "latency" {print $4}' <<<"$out")")
   mb+=("$(awk '$1 == "bandwidth" {print $8}' <<<"$out")")
+  out=$(MEP_VERBS_FUSE_SIGNALS=off "$check" --bench --iters 5000 --iters-bw 1 "$verbs")
+  mo+=("$(awk '$1 == "latency" {print $4}' <<<"$out")")
 done
 PL=$(printf '%s\n' "${pl[@]}" | median); PB=$(printf '%s\n' "${pb[@]}" | median)
 ML=$(printf '%s\n' "${ml[@]}" | median); MB=$(printf '%s\n' "${mb[@]}" | median)
 F1=$(printf '%s\n' "${f1[@]}" | median); F2=$(printf '%s\n' "${f2[@]}" | median)
+MO=$(printf '%s\n' "${mo[@]}" | median); F3=$(printf '%s\n' "${f3[@]}" | median)
 ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 cat <<TABLE
 | measure | mep verbs | perftest on $dev | ratio | target |
 | --- | --- | --- | --- | --- |
 | bandwidth, 64 MiB puts (GB/s) | $MB | ib_write_bw -s 64M -n 8: $PB | $(ratio "$MB" "$PB") (mep/perftest) | >= 0.8 |
 | 8 B put+signal round trip (us, median) | $ML | ib_write_lat -s 8, 2 x typical: $PL | $(ratio "$ML" "$PL") (mep/perftest) | <= 1.5 |
-| the same against raw verbs (us, median) | $ML | verbs_floor, 1 WRITE: $F1; WRITE + flag WRITE: $F2 | $(ratio "$ML" "$F2") (mep/2 WRITEs); $(ratio "$F2" "$F1") (2 WRITEs/1) | - |
+| the same, fuse_signals = off (us, median) | $MO | ib_write_lat, as above: $PL | $(ratio "$MO" "$PL") (mep/perftest); on/off $(ratio "$ML" "$MO") | - |
+| the same against raw verbs (us, median) | $ML | verbs_floor, 1 WRITE: $F1; WRITE + flag WRITE: $F2; 1 WRITE with immediate: $F3 | $(ratio "$ML" "$F3") (mep/WRITE with imm.); $(ratio "$F3" "$F1") (imm./1 WRITE); $(ratio "$F2" "$F1") (2 WRITEs/1) | - |
 
-runs: $repeat each, interleaved; all samples: ib_write_bw ${pb[*]} GB/s; mep ${mb[*]} GB/s; ib_write_lat (round trip) ${pl[*]} us; mep ${ml[*]} us; verbs_floor 1 WRITE ${f1[*]} us; 2 WRITEs ${f2[*]} us
+runs: $repeat each, interleaved; all samples: ib_write_bw ${pb[*]} GB/s; mep ${mb[*]} GB/s; ib_write_lat (round trip) ${pl[*]} us; mep ${ml[*]} us; mep with fuse_signals = off ${mo[*]} us; verbs_floor 1 WRITE ${f1[*]} us; 2 WRITEs ${f2[*]} us; WRITE with immediate ${f3[*]} us
 TABLE
 
-# The core over verbs and over tcp on the same machine, same run: time per
-# call (us, the slowest rank's mean) of mep-perf, median of REPEAT runs.
-export MEP_PLUGIN_PATH=$PWD/build/plugins/verbs:$PWD/build/plugins/tcp MEP_TCP_IFNAME=lo
+# The core over verbs (fuse_signals on and off) and over tcp on the same
+# machine, same run: time per call (us, the slowest rank's mean) of
+# mep-perf, median of REPEAT runs.
+export MEP_PLUGIN_PATH=$PWD/$bd/plugins/verbs:$PWD/$bd/plugins/tcp MEP_TCP_IFNAME=lo
 perf_us() { # TRANSPORT ARGS...: the time column of mep-perf's one row
   local t=$1
   shift
-  MEP_TRANSPORTS=$t build/tools/perf/mep-perf "$@" -w 5 -i 50 | awk '$1 ~ /^[0-9]+$/ {print $6}'
+  MEP_TRANSPORTS=$t "$bd"/tools/perf/mep-perf "$@" -w 5 -i 50 | awk '$1 ~ /^[0-9]+$/ {print $6}'
 }
 echo
-echo "| mep-perf, 2 ranks: op, bytes | verbs (us) | tcp (us) | verbs/tcp |"
-echo "| --- | --- | --- | --- |"
+echo "| mep-perf, 2 ranks: op, bytes | verbs (us) | verbs, fuse_signals = off (us) | tcp (us) | verbs/tcp | on/off |"
+echo "| --- | --- | --- | --- | --- | --- |"
 for c in "pingpong 8" "allreduce 8" "allreduce 1M" "alltoall 1M"; do
   set -- $c
-  v=(); t=()
+  v=(); o=(); t=()
   for ((i = 0; i < repeat; i++)); do
     v+=("$(perf_us verbs -n 2 -o "$1" -b "$2" -e "$2")")
+    o+=("$(MEP_VERBS_FUSE_SIGNALS=off perf_us verbs -n 2 -o "$1" -b "$2" -e "$2")")
     t+=("$(perf_us tcp -n 2 -o "$1" -b "$2" -e "$2")")
   done
   V=$(printf '%s\n' "${v[@]}" | median); T=$(printf '%s\n' "${t[@]}" | median)
-  echo "| $1, $2 | $V | $T | $(ratio "$V" "$T") |"
+  O=$(printf '%s\n' "${o[@]}" | median)
+  echo "| $1, $2 | $V | $O | $T | $(ratio "$V" "$T") | $(ratio "$V" "$O") |"
 done

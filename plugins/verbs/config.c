@@ -74,6 +74,14 @@ const mep_tp_cfg_key_t mep__verbs_keys[MEP_VERBS_NKEYS] = {
      "module (nvidia_peermem) where the GPU, its driver and the device "
      "allow it, as found when the plugin starts; off registers host memory "
      "only. Without it the core carries GPU data through host memory."},
+    {"fuse_signals", MEP_TP_CFG_BOOL, 0, 0, "on", NULL,
+     "Signals to the host memory this rank registers travel in the "
+     "immediate of the write they follow (one RDMA request for a put and "
+     "its signal instead of two) or of a WRITE of no bytes, and this "
+     "rank's poll() applies them. Never for memory a GPU may read directly "
+     "(pinned and mapped with CUDA) nor for CUDA memory: there, and with "
+     "off, a signal is an RDMA WRITE or atomic that lands without this "
+     "rank's CPU. The owner of a region decides; every peer follows."},
 };
 
 static int copy_str(const mep_tp_env_t *env, const char *key, char *dst,
@@ -117,7 +125,8 @@ int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *c) {
            {"qps_per_peer", 0}, {"stripe_bytes", 0}, {"send_queue", 0},
            {"max_inline", 0},   {"signal_every", 0}, {"timeout", 0},
            {"retry_count", 0},  {"traffic_class", 0}, {"service_level", 0},
-           {"gpu_memory", 0},   {"inflight_bytes", 0}};
+           {"gpu_memory", 0},   {"inflight_bytes", 0},
+           {"fuse_signals", 0}};
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     int rc = env->cfg_int(env, k[i].key, &k[i].v);
     if (rc) return rc;
@@ -144,6 +153,7 @@ int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *c) {
   c->sl = (int)k[11].v;
   c->gpu_off = k[12].v == 1;
   c->inflight = (uint64_t)k[13].v;
+  c->inband = k[14].v == 1;
   c->port_lo = (int)lo;
   c->port_hi = (int)hi;
   return cross_check(env, c);

@@ -48,6 +48,10 @@ static int make(verbs_ep_t *ep) {
     if (ring_alloc(ep, q))
       return VERBS_ERR(ctx, MEP_ERR_NOMEM, "verbs: connect: out of memory");
   }
+  if (mep__verbs_inband_alloc(ep))
+    return VERBS_ERR(ctx, MEP_ERR_NOMEM, "verbs: rank %d: the receive "
+                     "buffers for rank %d's signals: %s", ctx->rank, ep->rank,
+                     strerror(errno));
   if (mep__verbs_post_recvs(ep))
     return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: posting receives "
                      "for rank %d's signals failed: %s", ctx->rank, ep->rank,
@@ -151,6 +155,7 @@ static void release(verbs_ep_t *ep) {
   }
   if (ep->cq) ibv_destroy_cq(ep->cq);
   ep->cq = NULL;
+  mep__verbs_inband_free(ep);
   if (ep->set_mr) ibv_dereg_mr(ep->set_mr);
   ep->set_mr = NULL;
   free(ep->set_slots);

@@ -13,6 +13,13 @@
  * say so (no MEP_TP_MEM_CUDA), and reg() of CUDA memory answers why;
  * the core then carries GPU data through host memory (its proxy and
  * staging), as it does over tcp.
+ *
+ * Apart from that, whether a GPU may read a range of host memory directly
+ * (CUDA knows it: cudaHostAlloc'ed and mapped, or cudaHostRegister'ed):
+ * kernels poll signal words in such memory without the host (the device
+ * window's host part, core/src/devwin.c), so signals to it must land
+ * without the receiver's poll() (inband.c). That needs the driver whatever
+ * gpu_memory says.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -25,6 +32,8 @@
 #define CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED 124
 #define CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD 1
 #define PROBE_BYTES (2u << 20)
+#define CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define CUDA_ERROR_INVALID_VALUE 1
 
 typedef struct cu {
   int (*init)(unsigned);
@@ -144,8 +153,44 @@ static int probe(verbs_ctx_t *ctx) {
   return try_dmabuf(ctx, &cu, dev) ? VERBS_GPU_NONE : VERBS_GPU_DMABUF;
 }
 
+/* cuPointerGetAttribute, where the driver loads and finds a GPU. */
+static void probe_attr(verbs_gpu_t *g) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return;
+  int (*init)(unsigned) = NULL;
+  int (*count)(int *) = NULL;
+  *(void **)&init = dlsym(lib, "cuInit");
+  *(void **)&count = dlsym(lib, "cuDeviceGetCount");
+  *(void **)&g->ptr_attr = dlsym(lib, "cuPointerGetAttribute");
+  int n = 0;
+  if (!init || !count || !g->ptr_attr || init(0) || count(&n) || n <= 0) {
+    g->ptr_attr = NULL;
+    dlclose(lib);
+    return;
+  }
+  g->attr_lib = lib;
+}
+
+int mep__verbs_gpu_maps_host(const verbs_ctx_t *ctx, const void *ptr,
+                             size_t len) {
+  const verbs_gpu_t *g = &ctx->gpu;
+  if (!g->ptr_attr || !len) return 0;
+  /* both ends: a registration may cover CUDA-known memory in part.
+   * CUDA_ERROR_INVALID_VALUE is "not CUDA's"; any other failure leaves
+   * it unknown, taken as mapped. */
+  const uint8_t *end[2] = {ptr, (const uint8_t *)ptr + len - 1};
+  for (int i = 0; i < 2; i++) {
+    unsigned type = 0;
+    if (g->ptr_attr(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                    (uint64_t)(uintptr_t)end[i]) != CUDA_ERROR_INVALID_VALUE)
+      return 1;
+  }
+  return 0;
+}
+
 void mep__verbs_gpu_probe(verbs_ctx_t *ctx) {
   verbs_gpu_t *g = &ctx->gpu;
+  probe_attr(g);
   if (ctx->cfg.gpu_off) {
     g->mode = VERBS_GPU_NONE;
     snprintf(g->why, sizeof g->why, "[verbs] gpu_memory = off");
@@ -167,6 +212,9 @@ void mep__verbs_gpu_probe(verbs_ctx_t *ctx) {
 void mep__verbs_gpu_close(verbs_gpu_t *g) {
   if (g->lib) dlclose(g->lib);
   g->lib = NULL;
+  if (g->attr_lib) dlclose(g->attr_lib);
+  g->attr_lib = NULL;
+  g->ptr_attr = NULL;
 }
 
 struct ibv_mr *mep__verbs_gpu_reg(verbs_ctx_t *ctx, void *ptr, size_t len,

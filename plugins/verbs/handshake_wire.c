@@ -200,7 +200,7 @@ static int secret_equal(const uint8_t *a, const uint8_t *b, size_t n) {
 /* The fixed part of a hello: who, whom, which incarnations. */
 static int hello_fixed(const uint8_t *buf, const mep__rdma_hello_expect_t *e,
                        mep__rdma_hello_t *out, char *why, size_t n) {
-  mep__rdma_hdr_t h;
+  mep__rdma_hdr_t h = {0};
   int rc = mep__rdma_hdr_decode(buf, MEP_RDMA_HDR_LEN, &h, why, n);
   if (rc) return rc;
   if (h.type != MEP_RDMA_MSG_HELLO)
@@ -236,7 +236,7 @@ int mep__rdma_hello_check(const uint8_t *buf, size_t len,
   size_t head = MEP_RDMA_HDR_LEN + MEP_RDMA_HELLO_FIXED;
   /* the header alone already tells a stranger */
   if (len >= MEP_RDMA_HDR_LEN && len < head) {
-    mep__rdma_hdr_t h;
+    mep__rdma_hdr_t h = {0};
     int rc = mep__rdma_hdr_decode(buf, len, &h, why, why_len);
     if (rc) return rc;
   }
@@ -288,7 +288,7 @@ int mep__rdma_answer_check(const uint8_t *buf, size_t len, uint32_t from,
                            uint32_t to, int *nak, mep__rdma_qpinfo_t *q,
                            char *why, size_t why_len) {
   if (len < MEP_RDMA_HDR_LEN) return MEP_RDMA_HDR_LEN;
-  mep__rdma_hdr_t h;
+  mep__rdma_hdr_t h = {0};
   int rc = mep__rdma_hdr_decode(buf, len, &h, why, why_len);
   if (rc) return rc;
   if (h.type != MEP_RDMA_MSG_ACCEPT && h.type != MEP_RDMA_MSG_NAK)

@@ -126,6 +126,7 @@ static int verbs_fini(mep_tp_ctx_t *ctxp) {
   pthread_mutex_destroy(&ctx->poll_mu);
   pthread_mutex_destroy(&ctx->mu);
   pthread_mutex_destroy(&ctx->cq_mu);
+  pthread_mutex_destroy(&ctx->mr_mu);
   free(ctx);
   return 0;
 }
@@ -158,6 +159,7 @@ static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->poll_mu, NULL);
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
+  pthread_mutex_init(&ctx->mr_mu, NULL);
   size_t n = (size_t)env->size;
   int rc = mep__verbs_cfg_read(env, &ctx->cfg);
   if (!rc) rc = mep__verbs_dev_open(ctx);

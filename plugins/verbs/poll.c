@@ -38,8 +38,10 @@ int mep__verbs_drain(verbs_ep_t *ep) {
     got += n;
     for (int i = 0; i < n && !ep->dead; i++) {
       int q = qp_index(ep, wc[i].qp_num);
-      if (wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == VERBS_RECV_ID) {
-        ep->recvs--; /* a signal of the peer landed */
+      if (wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id & VERBS_RECV_BIT) {
+        ep->recvs--; /* a signal of the peer: applied here if in band */
+        int st = mep__verbs_inband_recv(ep, &wc[i]);
+        if (st) mep__verbs_ep_fail(ep, st, 1);
         continue;
       }
       if (wc[i].status == IBV_WC_SUCCESS && q >= 0) {
@@ -76,12 +78,12 @@ static int progress(verbs_ep_t *ep) {
   return got > 0 ? got : 0;
 }
 
-/* ep->mu held: arms the completion queue that an event disarmed, then
- * drains it once more, so that a completion that came before the arming
- * is not left waiting without an event. */
+/* ep->mu held: arms the completion queue if an event disarmed it, then
+ * drains it, so that a completion that came before the arming is not
+ * left waiting without an event. */
 static int arm(verbs_ep_t *ep) {
-  if (ep->dead || ep->cq_armed) return 0;
-  ep->cq_armed = ibv_req_notify_cq(ep->cq, 0) == 0;
+  if (!ep->dead && !ep->cq_armed)
+    ep->cq_armed = ibv_req_notify_cq(ep->cq, 0) == 0;
   return progress(ep);
 }
 
@@ -195,25 +197,27 @@ static int each_ep(verbs_ctx_t *ctx, int (*fn)(verbs_ep_t *)) {
  * What costs a system call is done only when it matters. The fds are
  * looked at every VERBS_FD_CHECK_POLLS calls. Events are needed only by a
  * core about to sleep on the epoll fd, and it sleeps only after many calls
- * that found nothing: so the completion queues are re-armed, and the
- * eventfd of the plugin's queue cleared, after VERBS_IDLE_POLLS such calls
- * in a row, not after every event (in a ping-pong that would be two more
- * system calls per message).
+ * that found nothing: so the eventfd of the plugin's queue is cleared after
+ * VERBS_IDLE_POLLS such calls in a row, and from then on every call
+ * re-arms a completion queue whose event was taken, not after every event
+ * (in a ping-pong that would be two more system calls per message). A call
+ * "finds nothing" when it hands the core no completion: receive
+ * completions (a peer's signals, which this plugin applies itself, inband.c)
+ * do not count, as the core does not see them either; so a core that goes
+ * to sleep while signals keep coming finds the queues armed.
  */
 int mep__verbs_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
   verbs_ctx_t *ctx = ctxp;
   if (!ctx || max < 0 || (max > 0 && !out)) return MEP_ERR_INVALID;
   pthread_mutex_lock(&ctx->poll_mu);
   if (++ctx->npoll % VERBS_FD_CHECK_POLLS == 0) check_fds(ctx);
-  int got = each_ep(ctx, progress);
-  if (got) {
-    ctx->idle = 0;
-  } else if (++ctx->idle == VERBS_IDLE_POLLS) {
-    mep__verbs_cq_settle(ctx);
-    each_ep(ctx, arm);
-  }
-  pthread_mutex_unlock(&ctx->poll_mu);
+  if (ctx->idle == VERBS_IDLE_POLLS) mep__verbs_cq_settle(ctx);
+  each_ep(ctx, ctx->idle >= VERBS_IDLE_POLLS ? arm : progress);
   int n = max > 0 ? mep__verbs_cq_pop(ctx, out, max) : 0;
-  if (n) ctx->idle = 0;
+  if (n)
+    ctx->idle = 0;
+  else if (ctx->idle <= VERBS_IDLE_POLLS)
+    ctx->idle++;
+  pthread_mutex_unlock(&ctx->poll_mu);
   return n;
 }

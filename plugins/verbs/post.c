@@ -40,7 +40,15 @@
  * value's high ones, which is below the new value whenever it differs
  * from it: a rank waiting for a word to reach a sequence number never
  * sees it early.
+ *
+ * A signal to a region whose owner applies signals itself (its key says
+ * so: host memory no GPU maps, with fuse_signals on; inband.c) is no
+ * request of its own: it rides in the immediate of the write just queued
+ * on queue pair 0 when that write is not posted yet (the lazy wait above
+ * is what makes that the usual case), else in a WRITE of no bytes, or in
+ * a SEND; the same fences hold it (and the write it rides on) back.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -49,7 +57,7 @@
 #include "verbs.h"
 
 /* ep->mu held: room in q's ring for n more requests. */
-static int ring_room(verbs_qp_t *p, uint64_t n) {
+int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n) {
   uint64_t used = p->tail - p->head, cap = p->mask + 1;
   if (used + n <= cap) return 0;
   while (cap < used + n) cap *= 2;
@@ -63,7 +71,7 @@ static int ring_room(verbs_qp_t *p, uint64_t n) {
   return 0;
 }
 
-static verbs_wr_t *append(verbs_qp_t *p) {
+verbs_wr_t *mep__verbs_append(verbs_qp_t *p) {
   verbs_wr_t *e = &p->ring[p->tail++ & p->mask];
   memset(e, 0, sizeof *e);
   return e;
@@ -141,8 +149,24 @@ static void fill(verbs_ep_t *ep, int q, uint64_t s, struct ibv_send_wr *wr,
     p->unsig += e->len;
   }
   if (e->kind == VW_WRITE) p->inflight += e->len;
+  if (e->with_imm) {
+    /* a signal for the peer's poll() rides on the write (inband.c) */
+    wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr->imm_data = htonl(e->imm);
+  }
   switch (e->kind) {
   case VW_INLINE: wr->send_flags |= IBV_SEND_INLINE; break;
+  case VW_IMM:
+    /* a WRITE of no bytes, for its immediate alone */
+    wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr->imm_data = htonl(e->imm);
+    wr->num_sge = 0;
+    break;
+  case VW_SIG:
+    wr->opcode = IBV_WR_SEND;
+    mep__verbs_inband_msg(ep, e, s, sge);
+    if (ep->max_inline >= VERBS_SIGMSG_LEN) wr->send_flags |= IBV_SEND_INLINE;
+    break;
   case VW_SET:
     /* the immediate consumes a receive of the peer, whose completion wakes
      * a peer that sleeps on its event fd; its value means nothing */
@@ -179,7 +203,9 @@ static int only_lazy(const verbs_qp_t *p) {
   uint64_t bytes = 0;
   for (uint64_t s = p->posted; s < p->tail; s++) {
     const verbs_wr_t *e = &p->ring[s & p->mask];
-    if ((e->kind != VW_INLINE && e->kind != VW_WRITE) || e->op) return 0;
+    if ((e->kind != VW_INLINE && e->kind != VW_WRITE) || e->op ||
+        e->with_imm)
+      return 0;
     bytes += e->len;
   }
   return bytes <= VERBS_LAZY_BYTES;
@@ -232,20 +258,32 @@ void mep__verbs_pump(verbs_ep_t *ep) {
   for (int q = 0; q < ep->nqp && !ep->dead; q++) pump_qp(ep, q, 0);
 }
 
+/* Each receive has a buffer for a signal message (a WRITE with immediate
+ * consumes a receive too, and leaves its buffer alone). At most send_queue
+ * receives are posted, and a receive queue completes in order, so the
+ * buffer of receive k (k mod send_queue) is free again when k is posted. */
 int mep__verbs_post_recvs(verbs_ep_t *ep) {
-  int want = ep->ctx->cfg.sq_depth - ep->recvs;
-  if (want < ep->ctx->cfg.sq_depth / 4 && ep->recvs) return 0;
+  int depth = ep->ctx->cfg.sq_depth, want = depth - ep->recvs;
+  if (want < depth / 4 && ep->recvs) return 0;
   struct ibv_recv_wr wr[VERBS_POST_BATCH], *bad;
+  struct ibv_sge sge[VERBS_POST_BATCH];
   while (want > 0) {
     int n = want < VERBS_POST_BATCH ? want : VERBS_POST_BATCH;
-    for (int i = 0; i < n; i++)
-      wr[i] = (struct ibv_recv_wr){.wr_id = VERBS_RECV_ID,
+    for (int i = 0; i < n; i++) {
+      uint64_t slot = (ep->recv_seq + (uint64_t)i) % (uint64_t)depth;
+      sge[i] = (struct ibv_sge){
+          .addr = (uint64_t)(uintptr_t)(ep->rx_bufs + slot * VERBS_SIGMSG_LEN),
+          .length = VERBS_SIGMSG_LEN, .lkey = ep->rx_mr->lkey};
+      wr[i] = (struct ibv_recv_wr){.wr_id = VERBS_RECV_BIT | slot,
+                                   .sg_list = &sge[i], .num_sge = 1,
                                    .next = i + 1 < n ? &wr[i + 1] : NULL};
+    }
     int err = ibv_post_recv(ep->qps[0].qp, wr, &bad);
     if (err) {
       errno = err;
       return -1;
     }
+    ep->recv_seq += (uint64_t)n;
     ep->recvs += n;
     want -= n;
   }
@@ -264,9 +302,9 @@ void mep__verbs_mark(verbs_ep_t *ep) {
     if (p->head == p->tail) continue;
     const verbs_wr_t *last = &p->ring[(p->tail - 1) & p->mask];
     if ((last->kind == VW_WRITE && last->last) || last->kind == VW_MARK ||
-        ring_room(p, 1))
+        mep__verbs_ring_room(p, 1))
       continue;
-    verbs_wr_t *e = append(p);
+    verbs_wr_t *e = mep__verbs_append(p);
     e->kind = VW_MARK;
     e->raddr = ep->peer_scratch;
     e->rkey = ep->peer_scratch_rkey;
@@ -295,7 +333,7 @@ static int enqueue_write(verbs_ep_t *ep, const verbs_mr_t *mr, uint64_t loff,
   if (part == 0) parts = 1, part = len;
   for (int q = 0; q < parts; q++) {
     uint64_t plen = q + 1 < parts ? part : len - part * (uint64_t)(parts - 1);
-    if (ring_room(&ep->qps[q], (plen + chunk - 1) / chunk))
+    if (mep__verbs_ring_room(&ep->qps[q], (plen + chunk - 1) / chunk))
       return VERBS_ERR(ctx, MEP_ERR_NOMEM, "verbs: write to rank %d: out of "
                        "memory queueing it", ep->rank);
   }
@@ -309,7 +347,7 @@ static int enqueue_write(verbs_ep_t *ep, const verbs_mr_t *mr, uint64_t loff,
     uint64_t at = part * (uint64_t)q;
     uint64_t end = q + 1 < parts ? at + part : len;
     for (uint64_t off = at; off < end; off += chunk) {
-      verbs_wr_t *e = append(&ep->qps[q]);
+      verbs_wr_t *e = mep__verbs_append(&ep->qps[q]);
       uint64_t n = end - off < chunk ? end - off : chunk;
       e->kind = inl ? VW_INLINE : VW_WRITE;
       e->last = off + n == end;
@@ -369,10 +407,11 @@ int mep__verbs_write(mep_tp_ep_t *epp, mep_tp_mr_t *mrp, uint64_t loff,
   return rc;
 }
 
-/* ep->mu held: a fence for a signal about to be queued on queue pair 0,
- * when another queue pair has requests not yet completed. */
-static int fence(verbs_ep_t *ep) {
-  verbs_fence_t f = {.at = ep->qps[0].tail};
+/* ep->mu held: a fence for a signal at sequence `at` of queue pair 0
+ * (the end of its queue, or the write just queued that the signal rides
+ * on), when another queue pair has requests not yet completed. */
+int mep__verbs_fence_at(verbs_ep_t *ep, uint64_t at) {
+  verbs_fence_t f = {.at = at};
   int need = 0;
   for (int q = 1; q < ep->nqp; q++) {
     f.need[q] = ep->qps[q].tail;
@@ -392,6 +431,10 @@ static int fence(verbs_ep_t *ep) {
   }
   ep->fences[(ep->fhead + ep->fn++) % ep->fcap] = f;
   return 0;
+}
+
+static int fence(verbs_ep_t *ep) {
+  return mep__verbs_fence_at(ep, ep->qps[0].tail);
 }
 
 static int check_signal(verbs_ep_t *ep, const verbs_rmr_t *r, uint64_t roff,
@@ -424,6 +467,16 @@ static int check_signal(verbs_ep_t *ep, const verbs_rmr_t *r, uint64_t roff,
   return 0;
 }
 
+/* ep->mu held, room made, fenced: the signal as the NIC applies it. */
+static void one_sided(verbs_ep_t *ep, const verbs_rmr_t *r, uint64_t roff,
+                      uint64_t value, mep_signal_op_t op) {
+  verbs_wr_t *e = mep__verbs_append(&ep->qps[0]);
+  e->kind = op == MEP_SIGNAL_SET ? VW_SET : VW_ADD;
+  e->raddr = r->addr + roff;
+  e->rkey = r->rkey;
+  e->value = value;
+}
+
 int mep__verbs_signal(mep_tp_ep_t *epp, mep_tp_rmr_t *rmrp, uint64_t roff,
                       uint64_t value, mep_signal_op_t op) {
   verbs_ep_t *ep = epp;
@@ -434,17 +487,14 @@ int mep__verbs_signal(mep_tp_ep_t *epp, mep_tp_rmr_t *rmrp, uint64_t roff,
   pthread_mutex_lock(&ep->mu);
   if (ep->dead)
     rc = dead_error(ep, "signal to");
-  else if (ring_room(&ep->qps[0], 1) || fence(ep))
+  else if (r->inband && (r->addr + roff) % 8 == 0)
+    rc = mep__verbs_inband_signal(ep, r, r->addr + roff, value, op);
+  else if (mep__verbs_ring_room(&ep->qps[0], 1) || fence(ep))
     rc = VERBS_ERR(ep->ctx, MEP_ERR_NOMEM, "verbs: signal to rank %d: out "
                    "of memory queueing it", ep->rank);
-  if (!rc) {
-    verbs_wr_t *e = append(&ep->qps[0]);
-    e->kind = op == MEP_SIGNAL_SET ? VW_SET : VW_ADD;
-    e->raddr = r->addr + roff;
-    e->rkey = r->rkey;
-    e->value = value;
-    mep__verbs_pump(ep);
-  }
+  else
+    one_sided(ep, r, roff, value, op);
+  if (!rc) mep__verbs_pump(ep);
   pthread_mutex_unlock(&ep->mu);
   return rc;
 }

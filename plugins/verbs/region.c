@@ -2,7 +2,14 @@
  * domain, their rkeys published in the blob) and imported peer regions.
  * The device checks every incoming write against the rkey and range of
  * a live registration, so a write into a deregistered or foreign range
- * is refused by the peer's device and fails the writer's request. */
+ * is refused by the peer's device and fails the writer's request.
+ *
+ * A region of host memory that no GPU maps takes signals that this side's
+ * poll() applies (inband.c): its key says so, and peers then send it
+ * their signals in band. The list of registrations is under ctx->mr_mu,
+ * which poll() takes to find the region a peer's signal names; dereg
+ * counts in ctx->mr_gen, so that a region found before is looked up again.
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -72,14 +79,17 @@ int mep__verbs_reg(mep_tp_ctx_t *ctxp, void *ptr, size_t len,
   mr->base = ptr;
   mr->len = len;
   mr->kind = kind;
-  pthread_mutex_lock(&ctx->mu);
+  mr->inband = ctx->cfg.inband && kind == MEP_MEM_HOST && len >= 8 &&
+               !mep__verbs_gpu_maps_host(ctx, ptr, len);
+  pthread_mutex_lock(&ctx->mr_mu);
   mr->next = ctx->mrs;
   if (ctx->mrs) ctx->mrs->prev = mr;
   ctx->mrs = mr;
-  pthread_mutex_unlock(&ctx->mu);
+  pthread_mutex_unlock(&ctx->mr_mu);
   mep__verbs_rkey_t k = {.rank = (uint32_t)ctx->rank,
                          .rkey = mr->mr ? mr->mr->rkey : 0,
                          .kind = (uint32_t)kind,
+                         .flags = mr->inband ? MEP_VERBS_RKEY_INBAND : 0,
                          .addr = (uint64_t)(uintptr_t)ptr, .len = len};
   mep__verbs_rkey_encode(rkey, &k);
   *rkey_len = MEP_VERBS_RKEY_LEN;
@@ -87,11 +97,12 @@ int mep__verbs_reg(mep_tp_ctx_t *ctxp, void *ptr, size_t len,
   return 0;
 }
 
-/* ctx->mu held. */
+/* ctx->mr_mu held. */
 static void unlink_mr(verbs_ctx_t *ctx, verbs_mr_t *mr) {
   if (mr->prev) mr->prev->next = mr->next;
   else ctx->mrs = mr->next;
   if (mr->next) mr->next->prev = mr->prev;
+  ctx->mr_gen++;
 }
 
 static void free_mr(verbs_mr_t *mr) {
@@ -106,19 +117,21 @@ int mep__verbs_dereg(mep_tp_ctx_t *ctxp, mep_tp_mr_t *mrp) {
   if (mr->ctx != ctx)
     return VERBS_ERR(ctx, MEP_ERR_INVALID, "verbs: dereg: not a registration "
                      "of this context");
-  pthread_mutex_lock(&ctx->mu);
+  pthread_mutex_lock(&ctx->mr_mu);
   unlink_mr(ctx, mr);
-  pthread_mutex_unlock(&ctx->mu);
+  pthread_mutex_unlock(&ctx->mr_mu);
   free_mr(mr);
   return 0;
 }
 
 void mep__verbs_regions_free(verbs_ctx_t *ctx) {
+  pthread_mutex_lock(&ctx->mr_mu);
   while (ctx->mrs) {
     verbs_mr_t *mr = ctx->mrs;
     unlink_mr(ctx, mr);
     free_mr(mr);
   }
+  pthread_mutex_unlock(&ctx->mr_mu);
 }
 
 int mep__verbs_import(mep_tp_ep_t *epp, const void *rkey, size_t len,
@@ -141,6 +154,7 @@ int mep__verbs_import(mep_tp_ep_t *epp, const void *rkey, size_t len,
   r->addr = k.addr;
   r->len = k.len;
   r->rkey = k.rkey;
+  r->inband = (k.flags & MEP_VERBS_RKEY_INBAND) != 0;
   pthread_mutex_lock(&ep->mu);
   r->next = ep->rmrs;
   if (ep->rmrs) ep->rmrs->prev = r;

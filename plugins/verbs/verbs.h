@@ -19,7 +19,9 @@
  * the send queue fills up, and every half of `inflight_bytes`. An RC queue pair
  * completes in order, so a completion for sequence s completes every
  * request up to s. A write of at most max_inline bytes is copied into its
- * request when it is posted, so its token completes right then.
+ * request when it is posted, so its token completes right then. A signal
+ * to a region that takes signals in band rides in the immediate of a
+ * write's request, or is a request that completes nothing (inband.c).
  *
  * Locks, always taken in this order, never held across a blocking call:
  *   ctx->poll_mu  held by poll() throughout, and by whoever retires an
@@ -28,6 +30,8 @@
  *                 registrations' list
  *   ep->mu        an endpoint's queue pairs, rings, fences and state
  *   ctx->cq_mu    the plugin's completion queue (a leaf)
+ *   ctx->mr_mu    the registrations' list and its generation (a leaf:
+ *                 poll() applies a peer's signals under ep->mu with it)
  * The endpoint's socket, its completion queue's arming and the events of
  * the completion channel belong to the poll thread.
  *
@@ -66,10 +70,22 @@
  * every this many calls (a system call each time, which a ping-pong cannot
  * afford on every call); completions are polled on every call. */
 #define VERBS_FD_CHECK_POLLS 256
-/* After this many calls in a row that found nothing, poll() re-arms the
- * completion queues and clears its eventfd: the core sleeps on the epoll
- * fd only after 512 idle calls (core/src/progress.c). */
+/* After this many calls in a row that handed the core no completion,
+ * poll() clears its eventfd and from then on keeps the completion queues
+ * armed: the core sleeps on the epoll fd only after 512 idle calls
+ * (core/src/progress.c). */
 #define VERBS_IDLE_POLLS 384
+
+/* Signals the receiver's poll() applies (inband.c, docs/verbs.md): words
+ * per peer that get an index (the immediate names a word by it), the
+ * sender's hash of them, the immediate's layout, the message's length. */
+#define VERBS_WORDS 256
+#define VERBS_WORD_HASH 512
+#define VERBS_NO_INDEX 0xffffu
+#define VERBS_IMM_SIGNAL (1u << 31)
+#define VERBS_IMM_VALUE_BITS 22
+#define VERBS_IMM_VALUE_MAX ((1u << VERBS_IMM_VALUE_BITS) - 1)
+#define VERBS_SIGMSG_LEN 32
 
 typedef struct verbs_cfg {
   char device[64];
@@ -87,6 +103,8 @@ typedef struct verbs_cfg {
   int port_lo, port_hi;
   char fabric[64];
   int gpu_off;
+  int inband; /* fuse_signals: this side's host regions take signals
+               * in band */
 } verbs_cfg_t;
 
 /* The opened device and the port in use. */
@@ -120,6 +138,10 @@ typedef struct verbs_gpu {
   void *lib;     /* libcuda, dlopen'ed */
   int (*mem_handle)(void *fd, uint64_t ptr, size_t size, int type,
                     unsigned long long flags);
+  /* whether CUDA knows a host pointer (mapped for kernels): libcuda kept
+   * open for it where a GPU is found, whatever gpu_memory says */
+  void *attr_lib;
+  int (*ptr_attr)(void *data, int attribute, uint64_t ptr);
 } verbs_gpu_t;
 
 /* What an epoll event points to. */
@@ -128,7 +150,9 @@ typedef struct verbs_src {
   int kind;
 } verbs_src_t;
 
-enum { VW_WRITE = 1, VW_INLINE, VW_SET, VW_ADD, VW_MARK };
+/* VW_IMM: a WRITE of no bytes with a signal in its immediate; VW_SIG: a
+ * SEND of a signal message (inband.c). */
+enum { VW_WRITE = 1, VW_INLINE, VW_SET, VW_ADD, VW_MARK, VW_IMM, VW_SIG };
 
 /* A striped write: its token completes when every part has. */
 typedef struct verbs_op {
@@ -141,6 +165,10 @@ typedef struct verbs_op {
 typedef struct verbs_wr {
   uint8_t kind;
   uint8_t last; /* the last request of a write or of a stripe of it */
+  uint8_t with_imm; /* VW_WRITE, VW_INLINE: a signal rides in `imm` */
+  uint8_t sig_op;   /* VW_SIG: MEP_SIGNAL_SET or _ADD */
+  uint16_t index;   /* VW_SIG: the word's index, or VERBS_NO_INDEX */
+  uint32_t imm;     /* with_imm, VW_IMM: the immediate (host order) */
   uint32_t lkey, rkey, len;
   uint64_t laddr, raddr;
   uint64_t value;  /* SET/ADD operand; a write's token */
@@ -166,6 +194,26 @@ typedef struct verbs_fence {
 
 struct verbs_ctx;
 struct verbs_rmr;
+struct verbs_mr;
+
+/* The sender's signal words of one peer: (rkey, address) -> index, and
+ * per index the last value SET through it (inband.c). */
+typedef struct verbs_tx_words {
+  uint64_t addr[VERBS_WORD_HASH];
+  uint32_t rkey[VERBS_WORD_HASH];
+  uint16_t slot[VERBS_WORD_HASH]; /* index + 1, 0: empty */
+  uint64_t prev[VERBS_WORDS];
+  int n;
+} verbs_tx_words_t;
+
+/* The receiver's: per index the word, its last SET value, and the
+ * registration it lies in as found at generation `gen`. */
+typedef struct verbs_rx_word {
+  uint64_t addr, prev, gen;
+  uint32_t rkey;
+  int defined;
+  struct verbs_mr *mr;
+} verbs_rx_word_t;
 
 typedef struct verbs_ep {
   verbs_src_t src; /* first: epoll events of its socket point here */
@@ -188,6 +236,13 @@ typedef struct verbs_ep {
   uint64_t peer_scratch;
   uint32_t peer_scratch_rkey;
   int recvs; /* receives posted on queue pair 0, for the peer's signals */
+  uint64_t recv_seq; /* receives ever posted: the next one's buffer */
+  /* a receive buffer per receive (a signal message lands there), and
+   * the messages this side sends, one per send slot of queue pair 0 */
+  uint8_t *rx_bufs, *msg_slots;
+  struct ibv_mr *rx_mr, *msg_mr;
+  verbs_tx_words_t *tx_words; /* made at the first such signal */
+  verbs_rx_word_t *rx_words;  /* made at the first word defined */
   /* with no inline support: the sources of SET, one per send slot */
   uint64_t *set_slots;
   struct ibv_mr *set_mr;
@@ -202,6 +257,7 @@ typedef struct verbs_mr {
   uint8_t *base;
   uint64_t len;
   int kind;
+  int inband; /* takes signals that poll() applies (inband.c) */
 } verbs_mr_t;
 
 typedef struct verbs_rmr {
@@ -209,6 +265,7 @@ typedef struct verbs_rmr {
   struct verbs_rmr *prev, *next;
   uint64_t addr, len;
   uint32_t rkey;
+  int inband; /* its owner applies signals to it in poll() */
 } verbs_rmr_t;
 
 typedef struct verbs_ctx {
@@ -228,12 +285,13 @@ typedef struct verbs_ctx {
   uint64_t *scratch;
   struct ibv_mr *scratch_mr;
 
-  pthread_mutex_t poll_mu, mu, cq_mu;
+  pthread_mutex_t poll_mu, mu, cq_mu, mr_mu;
+  uint64_t mr_gen;         /* mr_mu: counts deregistrations */
   verbs_ep_t **peers;      /* size entries */
   verbs_ep_t **tombs;      /* size entries */
   uint8_t *connecting;     /* size entries */
   verbs_ep_t *live;        /* the published endpoints */
-  verbs_mr_t *mrs;         /* live registrations */
+  verbs_mr_t *mrs;         /* live registrations (mr_mu) */
   unsigned npoll, idle;    /* poll thread: calls, and idle calls in a row */
 
   mep_tp_completion_t *cq;
@@ -242,7 +300,7 @@ typedef struct verbs_ctx {
 } verbs_ctx_t;
 
 /* config.c */
-#define MEP_VERBS_NKEYS 18
+#define MEP_VERBS_NKEYS 19
 extern const mep_tp_cfg_key_t mep__verbs_keys[MEP_VERBS_NKEYS];
 int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *cfg);
 
@@ -260,6 +318,11 @@ void mep__verbs_gpu_close(verbs_gpu_t *g);
  * error set. */
 struct ibv_mr *mep__verbs_gpu_reg(verbs_ctx_t *ctx, void *ptr, size_t len,
                                   int access);
+/* 1 when a GPU may read [ptr, ptr+len) of host memory directly (CUDA
+ * knows it: pinned and mapped, or registered), or when that cannot be
+ * told; 0 when no GPU is here or CUDA does not know the memory. */
+int mep__verbs_gpu_maps_host(const verbs_ctx_t *ctx, const void *ptr,
+                             size_t len);
 
 /* addr.c: the address blob and the reachability rule */
 #define MEP_VERBS_ADDR_LEN 56
@@ -331,8 +394,8 @@ int mep__verbs_idle(const verbs_ep_t *ep);
 /* ep->mu held: tops queue pair 0's receives up (a signal of the peer
  * consumes one). 0, or -1 with errno. */
 int mep__verbs_post_recvs(verbs_ep_t *ep);
-/* The wr_id of a receive. */
-#define VERBS_RECV_ID UINT64_MAX
+/* The wr_id of a receive: this bit, and the index of its buffer. */
+#define VERBS_RECV_BIT (1ull << 63)
 
 /* poll.c */
 int mep__verbs_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max);
@@ -352,13 +415,54 @@ void mep__verbs_regions_free(verbs_ctx_t *ctx);
 
 /* rkey.c: the remote-key blob */
 #define MEP_VERBS_RKEY_LEN 32
+#define MEP_VERBS_RKEY_INBAND 1u /* flags: the owner's poll() applies
+                                  * signals to this region */
 typedef struct mep__verbs_rkey {
-  uint32_t rank, rkey, kind;
+  uint32_t rank, rkey, kind, flags;
   uint64_t addr, len;
 } mep__verbs_rkey_t;
 void mep__verbs_rkey_encode(uint8_t out[MEP_VERBS_RKEY_LEN],
                             const mep__verbs_rkey_t *k);
 int mep__verbs_rkey_decode(const void *blob, size_t len, mep__verbs_rkey_t *k,
                            char *why, size_t why_len);
+
+/* inband_wire.c: the immediate and the message of a signal in band */
+typedef struct mep__verbs_sigmsg {
+  int op;
+  uint16_t index;
+  uint32_t rkey;
+  uint64_t raddr, value;
+} mep__verbs_sigmsg_t;
+uint32_t mep__verbs_imm_encode(int op, unsigned index, uint32_t v);
+/* 1 and the fields for an immediate that carries a signal, else 0. */
+int mep__verbs_imm_decode(uint32_t imm, int *op, unsigned *index,
+                          uint32_t *v);
+void mep__verbs_sigmsg_encode(uint8_t out[VERBS_SIGMSG_LEN],
+                              const mep__verbs_sigmsg_t *m);
+int mep__verbs_sigmsg_decode(const void *buf, size_t len,
+                             mep__verbs_sigmsg_t *m, char *why,
+                             size_t why_len);
+
+/* inband.c */
+/* ep->mu held: queues a signal to r's word at raddr for the peer's poll()
+ * to apply (r->inband): in the immediate of the write just queued, of a
+ * WRITE of no bytes, or as a message. 0 or MEP_ERR_NOMEM (error set). */
+int mep__verbs_inband_signal(verbs_ep_t *ep, const verbs_rmr_t *r,
+                             uint64_t raddr, uint64_t value,
+                             mep_signal_op_t op);
+/* ep->mu held: a receive completed; applies the signal it brought. 0, or
+ * the status the peer is to be failed with (the reason logged). */
+int mep__verbs_inband_recv(verbs_ep_t *ep, const struct ibv_wc *wc);
+/* ep->mu held: fills the buffer of the message of VW_SIG request s. */
+void mep__verbs_inband_msg(verbs_ep_t *ep, const verbs_wr_t *e, uint64_t s,
+                           struct ibv_sge *sge);
+/* Receive buffers and message slots of a new endpoint. */
+int mep__verbs_inband_alloc(verbs_ep_t *ep);
+void mep__verbs_inband_free(verbs_ep_t *ep);
+/* post.c, for inband.c: ep->mu held */
+int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n);
+verbs_wr_t *mep__verbs_append(verbs_qp_t *p);
+/* a fence for a signal at sequence `at` of queue pair 0; 0 or -1 */
+int mep__verbs_fence_at(verbs_ep_t *ep, uint64_t at);
 
 #endif

@@ -3,7 +3,9 @@
 #
 # The verbs transport's tests that need RDMA, as one set in ONE boot of the
 # project's Soft-RoCE VM (scripts/rdma-vm.sh): a rank asleep on the event
-# fd woken by a put+signal (test_verbs_wake), the plugin conformance suite
+# fd woken by a put+signal (test_verbs_wake), signals carried in the put's
+# immediate and applied by the receiver (test_verbs_inband), the plugin
+# conformance suite
 # (twice: defaults, and four striped queue pairs with tiny queues), routes
 # with MEP_TRANSPORTS=verbs,tcp, mep-perf -c on 2, 3 and 4 ranks for every
 # collective and send/recv from 1 B to 16 MiB, put/signal at odd sizes and
@@ -109,6 +111,7 @@ export B perf
 export -f perf_all c10d
 run verbs-init 60 "$B/tests/verbs/test_verbs_init"
 run verbs-wake 180 "$B/tests/verbs/test_verbs_wake"
+run verbs-inband 300 "$B/tests/verbs/test_verbs_inband"
 run plugin-check 600 "$check" "$P"
 run plugin-check-4qp 600 env MEP_VERBS_QPS_PER_PEER=4 MEP_VERBS_STRIPE_BYTES=4096 \
   MEP_VERBS_SEND_QUEUE=16 MEP_VERBS_SIGNAL_EVERY=4 MEP_VERBS_MAX_INLINE=0 \

@@ -385,7 +385,8 @@ static void test_reach(void) {
 static void test_rkey(void) {
   for (int it = 0; it < 3000; it++) {
     mep__verbs_rkey_t k = {.rank = (uint32_t)rnd(), .rkey = (uint32_t)rnd(),
-                           .kind = (uint32_t)below(2), .addr = rnd() >> 1,
+                           .kind = (uint32_t)below(2),
+                           .flags = (uint32_t)below(2), .addr = rnd() >> 1,
                            .len = rnd() >> 2},
                       back = {0};
     uint8_t b[MEP_VERBS_RKEY_LEN];
@@ -394,18 +395,94 @@ static void test_rkey(void) {
     /* field by field: the struct's padding is not part of the key */
     CHECK(mep__verbs_rkey_decode(b, sizeof b, &back, why, sizeof why) == 0 &&
               k.rank == back.rank && k.rkey == back.rkey &&
-              k.kind == back.kind && k.addr == back.addr && k.len == back.len,
+              k.kind == back.kind && k.flags == back.flags &&
+              k.addr == back.addr && k.len == back.len,
           "rkey round trip: %s", why[0] ? why : "a field differs");
     CHECK(mep__verbs_rkey_decode(b, sizeof b - 1, &back, why, sizeof why) ==
               MEP_ERR_PROTOCOL,
           "a short rkey accepted");
     mutate(b, sizeof b);
     uint64_t addr = rd(b + 16, 8), len = rd(b + 24, 8);
-    int want = rd(b, 4) == 0x5750454d && rd(b + 4, 2) == 1 &&
-               rd(b + 6, 2) <= 1 && (len == 0 || addr <= UINT64_MAX - len);
+    /* version 1 (a u16 kind, no flags) is still read */
+    int kind_ok = rd(b + 4, 2) == 1 ? rd(b + 6, 2) <= 1
+                  : rd(b + 4, 2) == 2 ? b[6] <= 1 && b[7] <= 1
+                                      : 0;
+    int want = rd(b, 4) == 0x5750454d && kind_ok &&
+               (len == 0 || addr <= UINT64_MAX - len);
     int rc = mep__verbs_rkey_decode(b, sizeof b, &back, why, sizeof why);
     CHECK((rc == 0) == want, "mutated rkey: %d, want valid=%d (%s)", rc,
           want, why);
+  }
+}
+
+/* A version-1 key reads as a key without flags. */
+static void test_rkey_v1(void) {
+  uint8_t b[MEP_VERBS_RKEY_LEN];
+  mep__verbs_rkey_t k = {.rank = 3, .rkey = 0x1234, .kind = 1, .flags = 1,
+                         .addr = 4096, .len = 64},
+                    back = {0};
+  mep__verbs_rkey_encode(b, &k);
+  b[4] = 1; /* version 1: kind as u16 */
+  b[7] = 0;
+  char why[160] = "";
+  CHECK(mep__verbs_rkey_decode(b, sizeof b, &back, why, sizeof why) == 0 &&
+            back.kind == 1 && back.flags == 0 && back.rkey == 0x1234,
+        "a version-1 key: %s", why);
+}
+
+/* ------------------------------------- signals in band (inband_wire.c) */
+
+static void test_imm(void) {
+  for (int it = 0; it < 3000; it++) {
+    int op = (int)below(2), op2 = -1;
+    unsigned idx = (unsigned)below(VERBS_WORDS), idx2 = 0;
+    uint32_t v = (uint32_t)below(VERBS_IMM_VALUE_MAX + 1ull), v2 = 0;
+    uint32_t imm = mep__verbs_imm_encode(op, idx, v);
+    CHECK(mep__verbs_imm_decode(imm, &op2, &idx2, &v2) == 1 && op2 == op &&
+              idx2 == idx && v2 == v,
+          "immediate round trip: op %d index %u value %u", op, idx, v);
+    uint32_t any = (uint32_t)rnd();
+    CHECK(mep__verbs_imm_decode(any, &op2, &idx2, &v2) == (int)(any >> 31),
+          "immediate %#x: the signal bit decides", any);
+    if (any >> 31)
+      CHECK(idx2 < VERBS_WORDS && v2 <= VERBS_IMM_VALUE_MAX,
+            "immediate %#x decodes out of range", any);
+  }
+  int op;
+  unsigned idx;
+  uint32_t v;
+  CHECK(mep__verbs_imm_decode(0, &op, &idx, &v) == 0,
+        "immediate 0 (a one-sided SET's wake-up) carries a signal");
+}
+
+static void test_sigmsg(void) {
+  for (int it = 0; it < 3000; it++) {
+    mep__verbs_sigmsg_t m = {.op = (int)below(2),
+                             .index = below(4) ? (uint16_t)below(VERBS_WORDS)
+                                               : VERBS_NO_INDEX,
+                             .rkey = (uint32_t)rnd(), .raddr = rnd() & ~7ull,
+                             .value = rnd()},
+                        back = {0};
+    uint8_t b[VERBS_SIGMSG_LEN];
+    mep__verbs_sigmsg_encode(b, &m);
+    char why[160] = "";
+    CHECK(mep__verbs_sigmsg_decode(b, sizeof b, &back, why, sizeof why) ==
+                  0 &&
+              back.op == m.op && back.index == m.index &&
+              back.rkey == m.rkey && back.raddr == m.raddr &&
+              back.value == m.value,
+          "signal message round trip: %s", why[0] ? why : "a field differs");
+    CHECK(mep__verbs_sigmsg_decode(b, sizeof b - 1, &back, why, sizeof why) ==
+              MEP_ERR_PROTOCOL,
+          "a short signal message accepted");
+    mutate(b, sizeof b);
+    uint64_t index = rd(b + 6, 2);
+    int want = rd(b, 4) == 0x5350454d && b[4] == 1 && b[5] <= 1 &&
+               (index < VERBS_WORDS || index == VERBS_NO_INDEX) &&
+               zero(b + 12, 4) && rd(b + 16, 8) % 8 == 0;
+    int rc = mep__verbs_sigmsg_decode(b, sizeof b, &back, why, sizeof why);
+    CHECK((rc == 0) == want, "mutated signal message: %d, want valid=%d (%s)",
+          rc, want, why);
   }
 }
 
@@ -443,6 +520,9 @@ int main(int argc, char **argv) {
   test_addr();
   test_reach();
   test_rkey();
+  test_rkey_v1();
+  test_imm();
+  test_sigmsg();
   test_boot_addr();
   if (failures) {
     fprintf(stderr, "%d failures (seed %" PRIu64 ")\n", failures, seed);

@@ -5,9 +5,14 @@
  * as ib_write_lat does. `1`: one inline WRITE per message (what
  * ib_write_lat does); `2`: an inline 8-byte WRITE then an inline 8-byte
  * WRITE of the flag word, in one post (what a one-sided put+signal must
- * do: two remote words, two work requests). Prints the median round trip
- * in microseconds. Usage: verbs_floor 1|2 [ITERS] [DEVICE] [GID_INDEX]
+ * do: two remote words, two work requests); `3`: one inline 8-byte WRITE
+ * with immediate, whose receive completion the peer takes from its
+ * completion queue before it stores the flag word itself (what the verbs
+ * plugin does with fuse_signals: the signal rides in the put's immediate
+ * and the receiver's poll() applies it). Prints the median round trip in
+ * microseconds. Usage: verbs_floor 1|2|3 [ITERS] [DEVICE] [GID_INDEX]
  */
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -20,8 +25,10 @@
 
 #define DIE(...) (fprintf(stderr, "verbs_floor: " __VA_ARGS__), exit(1))
 
+#define RECVS 64
+
 typedef struct side {
-  struct ibv_cq *cq;
+  struct ibv_cq *cq, *rcq; /* sends; receives (mode 3) */
   struct ibv_qp *qp;
   struct ibv_mr *mr;
   volatile uint64_t *buf; /* [0] the flag word, [1] the data */
@@ -36,11 +43,12 @@ static int gid_index = 1, wrs, iters;
 
 static void make(side_t *s) {
   s->cq = ibv_create_cq(dev, 1024, NULL, NULL, 0);
+  s->rcq = ibv_create_cq(dev, 1024, NULL, NULL, 0);
   struct ibv_qp_init_attr a = {
-      .send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_RC,
-      .cap = {.max_send_wr = 256, .max_recv_wr = 1, .max_send_sge = 1,
+      .send_cq = s->cq, .recv_cq = s->rcq, .qp_type = IBV_QPT_RC,
+      .cap = {.max_send_wr = 256, .max_recv_wr = RECVS, .max_send_sge = 1,
               .max_recv_sge = 1, .max_inline_data = 64}};
-  s->qp = s->cq ? ibv_create_qp(pd, &a) : NULL;
+  s->qp = s->cq && s->rcq ? ibv_create_qp(pd, &a) : NULL;
   void *p = NULL;
   if (!s->qp || posix_memalign(&p, 4096, 4096)) DIE("queue pair\n");
   memset(p, 0, 4096);
@@ -77,6 +85,25 @@ static void connect_to(side_t *s, const side_t *r, const union ibv_gid *gid) {
     DIE("RTS\n");
 }
 
+static void post_recv(side_t *s) {
+  struct ibv_recv_wr r = {.wr_id = 1}, *bad;
+  if (ibv_post_recv(s->qp, &r, &bad)) DIE("post_recv\n");
+}
+
+/* Mode 3: the receive completion brings the signal; applied here. */
+static void wait_imm(side_t *s, uint64_t i) {
+  struct ibv_wc wc[4];
+  while (s->buf[0] < i) {
+    int n = ibv_poll_cq(s->rcq, 4, wc);
+    for (int k = 0; k < n; k++) {
+      if (wc[k].status) DIE("receive: %s\n", ibv_wc_status_str(wc[k].status));
+      __atomic_store_n(&s->buf[0], (uint64_t)ntohl(wc[k].imm_data),
+                       __ATOMIC_RELEASE);
+      post_recv(s);
+    }
+  }
+}
+
 /* Every 16th message asks for a completion, so the send queue drains. */
 static void ping(side_t *s, uint64_t i) {
   uint64_t data = i, flag = i;
@@ -92,8 +119,14 @@ static void ping(side_t *s, uint64_t i) {
   wf.wr.rdma.remote_addr = (uintptr_t)s->peer->buf;
   wd.wr.rdma.remote_addr = (uintptr_t)(s->peer->buf + 1);
   wf.wr.rdma.rkey = wd.wr.rdma.rkey = s->peer->mr->rkey;
+  if (wrs == 3) {
+    wd.next = NULL;
+    wd.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wd.imm_data = htonl((uint32_t)i);
+    wd.send_flags |= wf.send_flags;
+  }
   struct ibv_send_wr *bad;
-  if (ibv_post_send(s->qp, wrs == 2 ? &wd : &wf, &bad)) DIE("post\n");
+  if (ibv_post_send(s->qp, wrs >= 2 ? &wd : &wf, &bad)) DIE("post\n");
   struct ibv_wc wc;
   while (ibv_poll_cq(s->cq, 1, &wc) > 0)
     if (wc.status) DIE("completion: %s\n", ibv_wc_status_str(wc.status));
@@ -110,6 +143,7 @@ static void *run(void *arg) {
   for (uint64_t i = 1; i <= (uint64_t)(WARMUP + iters); i++) {
     double t0 = now_us();
     if (s->id == 0) ping(s, i);
+    if (wrs == 3) wait_imm(s, i);
     while (s->buf[0] < i) {
     }
     if (s->id == 1) ping(s, i);
@@ -128,8 +162,8 @@ int main(int argc, char **argv) {
   iters = argc > 2 ? atoi(argv[2]) : 5000;
   const char *name = argc > 3 ? argv[3] : NULL;
   if (argc > 4) gid_index = atoi(argv[4]);
-  if ((wrs != 1 && wrs != 2) || iters < 1)
-    DIE("usage: verbs_floor 1|2 [ITERS] [DEVICE] [GID_INDEX]\n");
+  if (wrs < 1 || wrs > 3 || iters < 1)
+    DIE("usage: verbs_floor 1|2|3 [ITERS] [DEVICE] [GID_INDEX]\n");
   int n;
   struct ibv_device **l = ibv_get_device_list(&n);
   for (int i = 0; l && i < n && !dev; i++)
@@ -146,6 +180,7 @@ int main(int argc, char **argv) {
   b.peer = &a;
   connect_to(&a, &b, &gid);
   connect_to(&b, &a, &gid);
+  for (int k = 0; k < RECVS; k++) post_recv(&a), post_recv(&b);
   a.rtt = calloc((size_t)iters, sizeof *a.rtt);
   b.rtt = calloc((size_t)iters, sizeof *b.rtt);
   pthread_t ta, tb;
