@@ -585,7 +585,10 @@ class Buffer:
         """DeepEP's get_dispatch_layout: from topk_idx [N, K] int64 (-1:
         none) returns (num_tokens_per_rank int32 [R], num_tokens_per_rdma_rank
         (None: one host), num_tokens_per_expert int32 [num_experts],
-        is_token_in_rank bool [N, R], event). Local: no communication."""
+        is_token_in_rank bool [N, R], event). Local: no communication. On
+        CUDA one kernel on the current stream, which does not check the
+        indices: one outside 0 .. num_experts - 1 counts as -1, and
+        dispatch raises ValueError for it."""
         _check(topk_idx, "topk_idx", torch.int64, (None, None))
         dev = self._normal_device(topk_idx, "get_dispatch_layout")
         experts = _positive_int(num_experts, "num_experts")
