@@ -308,14 +308,20 @@ void pc_signal(pc_sess_t *s, const pc_remote_t *dst, uint64_t roff,
 
 /* ------------------------------------------------------------------ waits */
 
+/* Turns of a wait loop between two reads of the clock (each turn polls,
+ * which never blocks: the watchdog sees to it). */
+#define PC_CLOCK_TURNS 64
+
 uint64_t pc_wait_word(pc_sess_t *s, const pc_region_t *r, size_t off,
                       uint64_t target, const char *what) {
   int64_t deadline = pc_now_ms() + s->w->opts->timeout_ms;
-  for (;;) {
+  /* the clock is read every PC_CLOCK_TURNS turns: in a ping-pong a read
+   * per turn would delay seeing the word (slow clocks in emulated guests) */
+  for (unsigned turn = 1;; turn++) {
     uint64_t v = pc_word(r, off);
     if (v >= target) return v;
     int n = pc_progress(s);
-    if (pc_now_ms() > deadline)
+    if (turn % PC_CLOCK_TURNS == 0 && pc_now_ms() > deadline)
       pc_fail("timed out after %d ms waiting for %s (the signal word reads "
               "%llu, want %llu)",
               s->w->opts->timeout_ms, what, (unsigned long long)v,
