@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "vpair.h"
 #include <mep/transport.h>
 
 #define DATA (4u << 20) /* the put regions */
@@ -49,7 +50,6 @@
 #define W_ADD 8
 #define W_BIG 16
 
-static const uint8_t secret[16] = "0123456789abcdef";
 
 typedef struct side {
   const mep_transport_t *vt;
@@ -65,12 +65,6 @@ typedef struct side {
   uint64_t token;
   int nfail, fail_status, fail_peer, tokens_bad;
 } side_t;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Polls; failures are recorded (a phase that expects none checks). */
 static void poll_tp(side_t *s, int n) {
@@ -99,31 +93,21 @@ static void no_failures(side_t *s, const char *when) {
         s->tokens_bad);
 }
 
-static void send_byte(side_t *s, uint8_t b) {
-  CHECK(send(s->sock, &b, 1, 0) == 1, "send: %s", strerror(errno));
-}
+static void send_byte(side_t *s, uint8_t b) { vpair_send_byte(s->sock, b); }
 
 /* A byte from the peer, polling the plugin meanwhile. */
+static void idle_poll(void *s) { poll_tp(s, 20); }
 static uint8_t recv_byte(side_t *s) {
-  uint8_t b;
-  int64_t end = now_ms() + 60000;
-  for (;;) {
-    ssize_t n = recv(s->sock, &b, 1, MSG_DONTWAIT);
-    if (n == 1) return b;
-    CHECK(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK),
-          "rank %d: the peer's socket closed", s->rank);
-    CHECK(now_ms() < end, "rank %d: no word from the peer in 60 s", s->rank);
-    poll_tp(s, 20);
-  }
+  return vpair_recv_byte(s->sock, s->rank, 60000, idle_poll, s);
 }
 
 /* Waits, polling, until the word reaches `want`; returns it. */
 static uint64_t wait_word(side_t *s, size_t off, uint64_t want,
                           const char *what) {
   volatile uint64_t *w = &s->ctl[off / 8];
-  int64_t end = now_ms() + 30000;
+  int64_t end = vpair_now_ms() + 30000;
   while (*w < want) {
-    CHECK(now_ms() < end, "rank %d: %s: the word reads %llu, want %llu",
+    CHECK(vpair_now_ms() < end, "rank %d: %s: the word reads %llu, want %llu",
           s->rank, what, (unsigned long long)*w, (unsigned long long)want);
     poll_tp(s, 1);
   }
@@ -131,8 +115,7 @@ static uint64_t wait_word(side_t *s, size_t off, uint64_t want,
 }
 
 static void xchg(side_t *s, const void *mine, void *theirs, size_t len) {
-  CHECK(send(s->sock, mine, len, 0) == (ssize_t)len, "send");
-  CHECK(recv(s->sock, theirs, len, MSG_WAITALL) == (ssize_t)len, "recv");
+  vpair_xchg(s->sock, mine, theirs, len);
 }
 
 static void *alloc(size_t len) {
@@ -160,8 +143,8 @@ static void setup(side_t *s) {
   CHECK_OK(mep_plugin_env_open(&s->env, NULL, s->p));
   s->env.rank = s->rank;
   s->env.size = 2;
-  s->env.secret = secret;
-  s->env.secret_len = sizeof secret;
+  s->env.secret = vpair_secret;
+  s->env.secret_len = sizeof vpair_secret;
   s->env.timeout_ms = 20000;
   s->vt = mep_plugin_vtable(s->p);
   CHECK_OK(s->vt->init(&s->env, &s->ctx));
@@ -270,9 +253,9 @@ static void sizes_sender(side_t *s) {
 
 static void sizes_receiver(side_t *s) {
   /* nobody polls here: the put's bytes land, the signal does not */
-  int64_t end = now_ms() + 10000;
+  int64_t end = vpair_now_ms() + 10000;
   while (diff_random(s->dst + GUARD + 3, 8, 0x51) >= 0)
-    CHECK(now_ms() < end, "the put's bytes did not land without poll()");
+    CHECK(vpair_now_ms() < end, "the put's bytes did not land without poll()");
   struct timespec ts = {0, 300 * 1000 * 1000};
   nanosleep(&ts, NULL);
   CHECK(s->ctl[W_SET / 8] == 0, "the signal was applied without poll(): "
@@ -294,9 +277,9 @@ static void sizes_receiver(side_t *s) {
   uint64_t big = (1ull << 30) + 77;
   wait_word(s, W_SET, big, "a SET 2^30 above the last");
   send_byte(s, 'k');
-  int64_t until = now_ms() + 30000;
+  int64_t until = vpair_now_ms() + 30000;
   while (s->ctl[W_SET / 8] != 6) {
-    CHECK(now_ms() < until, "the SETs after 2^30 (5, then 6): the word "
+    CHECK(vpair_now_ms() < until, "the SETs after 2^30 (5, then 6): the word "
           "reads %llu", (unsigned long long)s->ctl[W_SET / 8]);
     poll_tp(s, 1);
   }
@@ -391,9 +374,9 @@ static void off_sender(side_t *s) {
 }
 
 static void off_receiver(side_t *s) {
-  int64_t end = now_ms() + 10000;
+  int64_t end = vpair_now_ms() + 10000;
   while (s->ctl[W_SET / 8] != 9)
-    CHECK(now_ms() < end, "fuse_signals = off: the signal did not land "
+    CHECK(vpair_now_ms() < end, "fuse_signals = off: the signal did not land "
           "without poll()");
   expect_put(s, 5, 8, 0x52, "the put before it");
   send_byte(s, 'k');
@@ -409,9 +392,9 @@ static void bounds_sender(side_t *s, int mode) {
   fill_random(s->src + 1, 8, 0x53);
   put(s, 1, 1, 8);
   signal_to(s, W_SET, mode ? 1ull << 40 : 2, MEP_SIGNAL_SET);
-  int64_t end = now_ms() + 10000;
+  int64_t end = vpair_now_ms() + 10000;
   while (!s->nfail) {
-    CHECK(now_ms() < end, "the receiver's refusal was not noticed");
+    CHECK(vpair_now_ms() < end, "the receiver's refusal was not noticed");
     poll_tp(s, 1);
   }
   CHECK(s->fail_peer == 1, "a failure naming rank %d", s->fail_peer);
@@ -424,9 +407,9 @@ static void bounds_receiver(side_t *s, int mode) {
   CHECK_OK(s->vt->dereg(s->ctx, s->mr_ctl));
   s->mr_ctl = NULL;
   send_byte(s, 'd');
-  int64_t end = now_ms() + 10000;
+  int64_t end = vpair_now_ms() + 10000;
   while (!s->nfail) {
-    CHECK(now_ms() < end, "a signal to a deregistered region was not "
+    CHECK(vpair_now_ms() < end, "a signal to a deregistered region was not "
           "reported");
     poll_tp(s, 1);
   }
@@ -446,9 +429,9 @@ static void bounds_put_sender(side_t *s) {
   fill_random(s->src + 1, 8, 0x54);
   put(s, 1, 1, 8);
   signal_to(s, W_SET, 2, MEP_SIGNAL_SET);
-  int64_t end = now_ms() + 10000;
+  int64_t end = vpair_now_ms() + 10000;
   while (!s->nfail) {
-    CHECK(now_ms() < end, "the refused put was not reported");
+    CHECK(vpair_now_ms() < end, "the refused put was not reported");
     poll_tp(s, 1);
   }
   CHECK(s->fail_status == MEP_ERR_BOUNDS && s->fail_peer == 1,
@@ -465,9 +448,9 @@ static void bounds_put_receiver(side_t *s) {
   s->mr_dst = NULL;
   send_byte(s, 'd');
   struct pollfd p = {.fd = s->sock, .events = POLLIN};
-  int64_t end = now_ms() + 20000;
+  int64_t end = vpair_now_ms() + 20000;
   while (poll(&p, 1, 0) == 0) {
-    CHECK(now_ms() < end, "no word from the sender");
+    CHECK(vpair_now_ms() < end, "no word from the sender");
     poll_tp(s, 10);
   }
   poll_tp(s, 200);
@@ -532,17 +515,8 @@ static void phase(int ph, const char *name, const char *const *env) {
 }
 
 int main(void) {
-  if (access("/sys/class/infiniband", F_OK) != 0) {
-    printf("SKIP: no RDMA device\n");
-    return 77;
-  }
-  mep_plugin_t *p = NULL;
-  if (mep_plugin_find("verbs", &p)) {
-    printf("SKIP: the verbs plugin is not built here: %s\n",
-           mep_last_error());
-    return 77;
-  }
-  mep_plugin_close(p);
+  int skip = vpair_skip();
+  if (skip) return skip;
   static const char *const striped[] = {"MEP_VERBS_QPS_PER_PEER", "4",
                                         "MEP_VERBS_STRIPE_BYTES", "4096",
                                         NULL};

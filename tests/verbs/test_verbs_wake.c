@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "vpair.h"
 #include <mep/transport.h>
 
 #define ROUNDS 6
@@ -34,7 +35,6 @@
 #define SLEEP_MS 10000 /* a wait on the fd longer than any round */
 #define PINGS 200
 
-static const uint8_t secret[16] = "0123456789abcdef";
 
 typedef struct side {
   const mep_transport_t *vt;
@@ -46,12 +46,6 @@ typedef struct side {
   int efd, sock, rank;
   uint64_t token;
 } side_t;
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void poll_tp(side_t *s, int n) {
   mep_tp_completion_t c[16];
@@ -68,38 +62,31 @@ static void poll_tp(side_t *s, int n) {
  * fd. How many of its waits on the fd blocked for at least 100 ms. */
 static int idle_for(side_t *s, int ms, volatile uint64_t *word,
                     uint64_t until) {
-  int64_t end = now_ms() + ms;
+  int64_t end = vpair_now_ms() + ms;
   int slept = 0;
-  while (now_ms() < end && !(word && *word >= until)) {
+  while (vpair_now_ms() < end && !(word && *word >= until)) {
     poll_tp(s, 600);
     if (word && *word >= until) break;
     struct pollfd p = {.fd = s->efd, .events = POLLIN};
-    int64_t t = now_ms();
+    int64_t t = vpair_now_ms();
     int left = (int)(end - t);
     poll(&p, 1, left > 0 ? left : 0);
-    slept += now_ms() - t >= 100;
+    slept += vpair_now_ms() - t >= 100;
   }
   return slept;
 }
 
 static void busy_for(side_t *s, int ms) {
-  int64_t end = now_ms() + ms;
-  while (now_ms() < end) poll_tp(s, 100);
+  int64_t end = vpair_now_ms() + ms;
+  while (vpair_now_ms() < end) poll_tp(s, 100);
 }
 
 /* A byte from the peer's socket, polling the plugin meanwhile (its peer
  * may wait for an acknowledgement only poll() sends). */
+/* A byte from the peer, polling the plugin meanwhile. */
+static void idle_poll(void *s) { poll_tp(s, 50); }
 static uint8_t recv_byte(side_t *s) {
-  uint8_t b;
-  int64_t end = now_ms() + 20000;
-  for (;;) {
-    ssize_t n = recv(s->sock, &b, 1, MSG_DONTWAIT);
-    if (n == 1) return b;
-    CHECK(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK),
-          "the peer's socket closed");
-    CHECK(now_ms() < end, "rank %d: no word from the peer in 20 s", s->rank);
-    poll_tp(s, 50);
-  }
+  return vpair_recv_byte(s->sock, s->rank, 20000, idle_poll, s);
 }
 
 /* A byte from the peer's socket, without polling the plugin: nothing of
@@ -113,9 +100,7 @@ static uint8_t recv_byte_quiet(side_t *s) {
   return b;
 }
 
-static void send_byte(side_t *s, uint8_t b) {
-  CHECK(send(s->sock, &b, 1, 0) == 1, "send: %s", strerror(errno));
-}
+static void send_byte(side_t *s, uint8_t b) { vpair_send_byte(s->sock, b); }
 
 static void put_signal(side_t *s, uint64_t v) {
   s->buf[2] = v; /* the source: the put's bytes */
@@ -124,16 +109,15 @@ static void put_signal(side_t *s, uint64_t v) {
 }
 
 static void xchg(side_t *s, const void *mine, void *theirs, size_t len) {
-  CHECK(send(s->sock, mine, len, 0) == (ssize_t)len, "send");
-  CHECK(recv(s->sock, theirs, len, MSG_WAITALL) == (ssize_t)len, "recv");
+  vpair_xchg(s->sock, mine, theirs, len);
 }
 
 static void setup(side_t *s, mep_plugin_t *p, mep_tp_env_t *env) {
   CHECK_OK(mep_plugin_env_open(env, NULL, p));
   env->rank = s->rank;
   env->size = 2;
-  env->secret = secret;
-  env->secret_len = sizeof secret;
+  env->secret = vpair_secret;
+  env->secret_len = sizeof vpair_secret;
   env->timeout_ms = 20000;
   s->vt = mep_plugin_vtable(p);
   CHECK_OK(s->vt->init(env, &s->ctx));
@@ -173,10 +157,10 @@ static void sender(side_t *s) {
 
 static void sleeper(side_t *s) {
   for (uint64_t k = 1; k <= ROUNDS; k++) {
-    int64_t t0 = now_ms();
+    int64_t t0 = vpair_now_ms();
     send_byte(s, 'r');
     int slept = idle_for(s, SLEEP_MS, &s->buf[0], k);
-    int64_t took = now_ms() - t0;
+    int64_t took = vpair_now_ms() - t0;
     CHECK(s->buf[0] == k, "round %llu: the signal word reads %llu after %lld "
           "ms", (unsigned long long)k, (unsigned long long)s->buf[0],
           (long long)took);
@@ -225,17 +209,8 @@ static int run(int rank, int sock) {
 }
 
 int main(void) {
-  if (access("/sys/class/infiniband", F_OK) != 0) {
-    printf("SKIP: no RDMA device\n");
-    return 77;
-  }
-  mep_plugin_t *p = NULL;
-  if (mep_plugin_find("verbs", &p)) {
-    printf("SKIP: the verbs plugin is not built here: %s\n",
-           mep_last_error());
-    return 77;
-  }
-  mep_plugin_close(p);
+  int skip = vpair_skip();
+  if (skip) return skip;
   int sv[2];
   CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
   fflush(stdout);
