@@ -64,8 +64,9 @@ __device__ __forceinline__ void write_msg(const mep__epn_k_t &k, int t,
   }
 }
 
-/* Tokens each warp stores between two progress words of its block: the
- * words cost a fence of every thread, the receive waits for them. */
+/* Tokens each warp stores between two progress words of its block: a
+ * word costs a block barrier and the publishing thread's fence; the
+ * receive trails the send by about this many tokens per warp. */
 #define EPN_PUBLISH 2
 
 /* A rank this send's progress words go to: active and mapped (a proxy
