@@ -52,6 +52,15 @@ __device__ __forceinline__ uint64_t epn_slot(const mep__epn_k_t &k, int half,
   return k.agree + ((uint64_t)half * k.R + s) * k.agree_slot;
 }
 
+/* Word i of the active ranks as a bitmask (bit b: rank 32 i + b). */
+__device__ __forceinline__ unsigned int epn_active_word(const mep__epn_k_t &k,
+                                                        int i) {
+  unsigned int bits = 0;
+  for (int b = 0; b < 32 && 32 * i + b < k.R; b++)
+    bits |= (ep_active(k.active, 32 * i + b) ? 1u : 0u) << b;
+  return bits;
+}
+
 /* The call's number of its kind (completed calls + 1). */
 __device__ __forceinline__ uint64_t epn_seq(const mep__epn_k_t &k, int kind) {
   return *(const volatile uint64_t *)&k.st->d.seq[kind] + 1;
@@ -118,13 +127,7 @@ static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
                          seq, k.active, r, deadline, &word);
   }
   __syncthreads();
-  for (int i = tid; i < W; i += T) {
-    unsigned int bits = 0;
-    for (int b = 0; b < 32 && 32 * i + b < R; b++)
-      bits |= (ep_active(k.active, 32 * i + b) ? 1u : 0u) << b;
-    view[i] = bits;
-    mask[i] = bits;
-  }
+  for (int i = tid; i < W; i += T) view[i] = mask[i] = epn_active_word(k, i);
   __syncthreads();
   const uint64_t slot = (uint64_t)which * 8 * W;
   const uint64_t again = mep_dev_now_ns() + k.timeout_ns;

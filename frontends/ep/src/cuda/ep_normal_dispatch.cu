@@ -272,10 +272,7 @@ __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
   const mep_dev_win_t *w = k.win;
   const uint64_t P = k.P, dmsg = k.dmsg;
   for (int i = tid; i < (R + 31) / 32; i += T) {
-    unsigned int bits = 0;
-    for (int b = 0; b < 32 && 32 * i + b < R; b++)
-      bits |= (ep_active(k.active, 32 * i + b) ? 1u : 0u) << b;
-    before[i] = bits | k.st->lost[i];
+    before[i] = epn_active_word(k, i) | k.st->lost[i];
     k.st->lost[i] = 0;
   }
   epn_agree(k, 0, k.dsig, seq, half, deadline);
