@@ -625,7 +625,6 @@ class Buffer:
         for it."""
         dev, size = topk_idx.device, self.group_size
         n, k = topk_idx.shape
-        topk_idx = topk_idx.contiguous()
         counts = torch.empty(size + experts, dtype=torch.int32, device=dev)
         per_rank, per_expert = counts[:size], counts[size:]
         in_rank = torch.empty((n, size), dtype=torch.bool, device=dev)
