@@ -27,13 +27,18 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
   epn_stage_gate(k, 1, deadline);
   __syncthreads();
   /* the rows this rank keeps (its own tokens') are not sent: its
-   * receive reads them from x */
+   * receive reads them from x. The others go in the order of their
+   * sources from this rank on (me + 1, ..., me - 1): at any moment the
+   * grid writes to one source, and with every rank starting at source 0
+   * all would queue on the same links (on 4 H100s combine took 983 us
+   * instead of 752). */
   const int M = k.rpm[(R - 1) * R + me], K = k.K;
   const int a = epn_before(k.rpm, R, me, me), c = epn_count(k.rpm, R, me, me);
+  const int after = M - a - c; /* rows of the sources after this rank */
   const size_t rb = 2 * (size_t)k.hidden;
   for (int jj = blockIdx.x * nw + (tid >> 5); jj < M - c;
        jj += gridDim.x * nw) {
-    const int j = jj < a ? jj : jj + c;
+    const int j = jj < after ? a + c + jj : jj - after;
     int i;
     const int s = epn_row_source(k.rpm, R, me, j, &i);
     if (!ep_active(k.active, s) || ((uint64_t)i + 1) * cmsg > P) continue;

@@ -90,11 +90,9 @@ typedef struct mep__epn_layout_k {
   int N, K, E, R, L, H, rph; /* H hosts of rph ranks (0: not counted) */
   int32_t *per_rank, *per_host, *per_expert;
   uint8_t *in_rank;          /* [N][R] */
-  int shared;                /* set by the launch */
 } mep__epn_layout_k_t;
 
-/* Zeroes the counts and queues the layout kernel on `stream`; a
- * cudaError_t (0: queued). */
+/* Queues the layout kernel on `stream`; a cudaError_t (0: queued). */
 int mep__epn_launch_layout(const mep__epn_layout_k_t *k, void *stream);
 
 /* Queue the kernels of an operation on `stream`; cudaGetLastError()'s

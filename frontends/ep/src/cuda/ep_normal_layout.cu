@@ -1,7 +1,9 @@
-/* ep_normal_layout.cu - mep_ep_get_dispatch_layout on device memory: a
- * thread per token marks the ranks (and hosts) its experts are on and
- * counts into block-local histograms, which each block adds to the
- * outputs once (the outputs are zeroed first, on the same stream). */
+/* ep_normal_layout.cu - mep_ep_get_dispatch_layout on device memory, one
+ * kernel and no memsets (a call's host time is most of its cost): each
+ * block owns a few experts, ranks or hosts, reads every token's top-k and
+ * writes its own counts (and, for ranks, is_token_in_rank's columns), so
+ * no output needs zeroing first and none takes an atomic. topk_idx is
+ * small (N x K x 8 bytes) and stays in L2 across the blocks. */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
@@ -13,52 +15,62 @@ namespace ep {
 namespace {
 
 #define EPN_LAYOUT_THREADS 256
+#define EPN_LAYOUT_PER_BLOCK 8 /* experts, ranks or hosts a block counts */
 
-/* Experts and ranks a block counts in shared memory; beyond that straight
- * into the outputs. */
-#define EPN_LAYOUT_SHARED 8192
+/* The sum of v over the block, in every thread (red: 32 ints of shared
+ * memory the block may reuse after a __syncthreads). */
+__device__ __forceinline__ int block_sum(int v, int *red) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) red[wid] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  return v;
+}
 
+/* Blocks [0, be): experts; [be, be + br): ranks; then hosts. A token
+ * counts once per rank and once per host it reaches; an index outside
+ * 0 .. E - 1 counts as none. */
 __global__ void __launch_bounds__(EPN_LAYOUT_THREADS)
     layout(mep__epn_layout_k_t k) {
-  extern __shared__ int hist[]; /* [E] experts, [R] ranks, [H] hosts */
-  const int E = k.E, R = k.R, H = k.H, tid = threadIdx.x;
-  const bool sh = k.shared;
-  int *he = sh ? hist : k.per_expert, *hr = sh ? hist + E : k.per_rank;
-  int *hh = sh ? hist + E + R : k.per_host;
-  if (sh) {
-    for (int i = tid; i < E + R + H; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
+  __shared__ int red[32];
+  const int P = EPN_LAYOUT_PER_BLOCK;
+  const int be = (k.E + P - 1) / P, br = (k.R + P - 1) / P;
+  int b = blockIdx.x, kind = 0, div = 1, n = k.E; /* expert = idx / 1 */
+  if (b >= be) {
+    b -= be;
+    kind = 1, div = k.L, n = k.R;
+    if (b >= br) b -= br, kind = 2, div = k.L * k.rph, n = k.H;
   }
-  const int t = blockIdx.x * blockDim.x + tid;
-  if (t < k.N) {
-    uint8_t *in = k.in_rank + (size_t)t * R;
-    for (int r = 0; r < R; r++) in[r] = 0;
+  const int lo = b * P, hi = min(lo + P, n);
+  int cnt[EPN_LAYOUT_PER_BLOCK] = {0};
+  for (int t = threadIdx.x; t < k.N; t += blockDim.x) {
+    unsigned hit = 0; /* bit i: lo + i */
     const int64_t *idx = k.topk_idx + (size_t)t * k.K;
     for (int j = 0; j < k.K; j++) {
       const int64_t e = idx[j];
-      if (e < 0 || e >= E) continue; /* -1, or out of range: no expert */
-      atomicAdd(&he[e], 1);
-      const int r = (int)(e / k.L);
-      if (!in[r]) {
-        in[r] = 1;
-        atomicAdd(&hr[r], 1);
-      }
+      if (e < 0 || e >= k.E) continue;
+      const int u = (int)e / div - lo;
+      if (u < 0 || u >= hi - lo) continue;
+      hit |= 1u << u;
+      if (kind == 0) /* an expert counts every entry, repeats too */
+#pragma unroll
+        for (int i = 0; i < P; i++) cnt[i] += u == i;
     }
-    for (int h = 0; h < H; h++) /* a host counts once per token */
-      for (int r = h * k.rph; r < (h + 1) * k.rph; r++)
-        if (in[r]) {
-          atomicAdd(&hh[h], 1);
-          break;
-        }
+    if (kind != 0)
+#pragma unroll
+      for (int i = 0; i < P; i++) cnt[i] += hit >> i & 1;
+    if (kind == 1)
+      for (int r = lo; r < hi; r++)
+        k.in_rank[(size_t)t * k.R + r] = hit >> (r - lo) & 1;
   }
-  if (!sh) return;
-  __syncthreads();
-  for (int i = tid; i < E + R + H; i += blockDim.x) {
-    if (!hist[i]) continue;
-    int *out = i < E ? k.per_expert + i
-               : i < E + R ? k.per_rank + (i - E)
-                           : k.per_host + (i - E - R);
-    atomicAdd(out, hist[i]);
+  int *out = kind == 0 ? k.per_expert : kind == 1 ? k.per_rank : k.per_host;
+#pragma unroll
+  for (int i = 0; i < P; i++) {
+    const int s = block_sum(cnt[i], red);
+    if (threadIdx.x == 0 && lo + i < hi) out[lo + i] = s;
   }
 }
 
@@ -68,19 +80,10 @@ __global__ void __launch_bounds__(EPN_LAYOUT_THREADS)
 
 extern "C" int mep__epn_launch_layout(const mep__epn_layout_k_t *k,
                                       void *stream) {
-  cudaStream_t s = (cudaStream_t)stream;
-  cudaError_t e = cudaMemsetAsync(k->per_expert, 0, (size_t)k->E * 4, s);
-  if (e == cudaSuccess)
-    e = cudaMemsetAsync(k->per_rank, 0, (size_t)k->R * 4, s);
-  if (e == cudaSuccess && k->H)
-    e = cudaMemsetAsync(k->per_host, 0, (size_t)k->H * 4, s);
-  if (e != cudaSuccess) return (int)e;
-  if (k->N == 0) return 0;
-  mep__epn_layout_k_t a = *k;
-  const size_t cells = (size_t)a.E + (size_t)a.R + (size_t)a.H;
-  a.shared = cells <= EPN_LAYOUT_SHARED;
-  const unsigned grid =
-      (unsigned)((a.N + EPN_LAYOUT_THREADS - 1) / EPN_LAYOUT_THREADS);
-  return ep_launch(mep::ep::layout, dim3(grid), EPN_LAYOUT_THREADS,
-                   a.shared ? cells * sizeof(int) : 0, 0, stream, a);
+  const int P = EPN_LAYOUT_PER_BLOCK;
+  const long long blocks = ((long long)k->E + P - 1) / P +
+                           ((long long)k->R + P - 1) / P +
+                           ((long long)k->H + P - 1) / P;
+  return ep_launch(mep::ep::layout, dim3((unsigned)blocks),
+                   EPN_LAYOUT_THREADS, 0, 0, stream, *k);
 }
