@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""mep.ep's normal mode (prefill/training dispatch and combine) on 2 GPUs,
-against all_to_all_single over NCCL moving the same rows, same run.
+"""mep.ep's normal mode (prefill/training dispatch and combine) on 2 GPUs
+(--ranks N: N GPUs, a rank each), against all_to_all_single over NCCL moving the same rows, same run.
 
 Each rank has --tokens tokens (default 4096) of --hidden values (default
 7168), each routed to --topk of --experts experts (default top-8 of 256,
@@ -21,7 +21,8 @@ With --kernels N, N more calls of each run under torch's profiler and
 each kernel's mean time is printed per rank (the receive's includes its
 wait for the peer's send).
 
-Usage: scripts/bench-ep-normal.py [--tokens N] [--hidden H] [--kernels N] [--json FILE]"""
+Usage: scripts/bench-ep-normal.py [--ranks N] [--tokens N] [--hidden H] [--kernels N]
+                                  [--json FILE]"""
 import argparse
 import json
 import os
@@ -177,6 +178,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--ranks", type=int, default=2, help="ranks, a GPU each (default 2)")
     ap.add_argument("--tokens", type=int, default=4096, help="tokens per rank (default 4096)")
     ap.add_argument("--hidden", type=int, default=7168, help="hidden (default 7168)")
     ap.add_argument("--experts", type=int, default=256, help="experts (default 256)")
@@ -189,38 +191,43 @@ def main():
                     help="also profile N calls of each and print each kernel's mean time")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = ap.parse_args()
-    if args.hidden <= 0 or args.hidden % 128 or args.experts % 2 or args.tokens < 1:
-        ap.error("hidden must be a positive multiple of 128, experts even, tokens >= 1")
+    R = args.ranks
+    if (args.hidden <= 0 or args.hidden % 128 or R < 2 or args.experts % R
+            or args.tokens < 1):
+        ap.error("hidden must be a positive multiple of 128, ranks >= 2 dividing experts, "
+                 "tokens >= 1")
     import torch
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        print("bench-ep-normal: needs 2 GPUs", file=sys.stderr)
+    ngpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if ngpu < R:
+        print(f"bench-ep-normal: needs {R} GPUs (this machine shows {ngpu})", file=sys.stderr)
         return 2
-    got, rc = bc.run_ranks("bench-ep-normal", rank_main, 2, args)
+    got, rc = bc.run_ranks("bench-ep-normal", rank_main, R, args)
     if rc:
         return rc
     copy = bc.peer_copy_gbps()
     name = torch.cuda.get_device_name(0)
-    print(f"{name} x 2, {args.tokens} tokens per rank, hidden {args.hidden}, top-{args.topk} "
+    print(f"{name} x {R}, {args.tokens} tokens per rank, hidden {args.hidden}, top-{args.topk} "
           f"of {args.experts} experts, Config num_sms {args.sms}; slower rank's median; "
           f"peer copy {copy:.0f} GB/s")
     print("| call | mep (us) | mep GB/s | of peer copy | NCCL all_to_all_single (us) "
           "| mep / NCCL time |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rows = []
-    for r0, r1 in zip(got[0]["rows"], got[1]["rows"]):
-        row = dict(r0, mep_us=max(r0["mep_us"], r1["mep_us"]),
-                   nccl_us=max(r0["nccl_us"], r1["nccl_us"]))
+    for per_rank in zip(*(got[r]["rows"] for r in range(R))):
+        row = dict(per_rank[0], mep_us=max(p["mep_us"] for p in per_rank),
+                   nccl_us=max(p["nccl_us"] for p in per_rank))
         gbps = row["bytes"] / row["mep_us"] / 1e3
         print(f"| {row['call']} | {row['mep_us']:.1f} | {gbps:.0f} | {gbps / copy:.2f} | "
               f"{row['nccl_us']:.1f} | {row['mep_us'] / row['nccl_us']:.2f} |")
         rows.append(row)
     if args.kernels:
-        print("\n| call | kernel | rank 0 (us) | rank 1 (us) |")
-        print("| --- | --- | ---: | ---: |")
+        print("\n| call | kernel | " + " | ".join(f"rank {r} (us)" for r in range(R)) + " |")
+        print("| --- | --- |" + " ---: |" * R)
         for label, times in got[0]["kernels"].items():
-            for name, us in times.items():
-                other = got[1]["kernels"].get(label, {}).get(name, float("nan"))
-                print(f"| {label} | {name} | {us:.1f} | {other:.1f} |")
+            for name in times:
+                us = [got[r]["kernels"].get(label, {}).get(name, float("nan"))
+                      for r in range(R)]
+                print(f"| {label} | {name} | " + " | ".join(f"{u:.1f}" for u in us) + " |")
     bad = sum(got[r]["check_failures"] for r in got)
     if bad:
         print("bench-ep-normal: a rank's dispatched rows or combined tokens differ from "

@@ -190,12 +190,17 @@ if want normal; then
   # tensors (2, 3 and 4 ranks over the GPUs there are, ranks killed in a
   # dispatch), and over the proxy (tcp)
   py_normal=(python3 -m pytest -x -q -p no:cacheprovider tests/ep/python/test_ep_normal.py)
-  t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" -k "roundtrip or killed"
+  t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" -k "roundtrip or killed or layout_cuda"
   t ep-normal-cuda-tcp 300 env MEP_TEST_EP_DEVICE=cuda MEP_TRANSPORTS=tcp \
     "${py_normal[@]}" -k "roundtrip and 2 or killed and 3-1"
   if [ "$ngpu" -ge 2 ]; then
     t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --kernels 20 --json "$out/bench-ep-normal.json"
     [ -f "$out/bench-ep-normal.log" ] && cat "$out/bench-ep-normal.log"
+  fi
+  if [ "$ngpu" -ge 4 ]; then
+    t bench-ep-normal-4ranks 300 python3 scripts/bench-ep-normal.py --ranks 4 --kernels 20 \
+      --json "$out/bench-ep-normal-4ranks.json"
+    [ -f "$out/bench-ep-normal-4ranks.log" ] && cat "$out/bench-ep-normal-4ranks.log"
   fi
 fi
 if want probe; then

@@ -374,6 +374,48 @@ def test_api():
     run_ranks(api, 2, timeout_s=120)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("n,experts,ranks,rph,topk", [
+    (0, 16, 4, 2, 4), (1, 8, 8, 4, 3), (257, 256, 8, 2, 8), (4097, 64, 4, 1, 6),
+    (1000, 24, 3, 3, 9), (333, 80, 10, 5, 2)])
+def test_layout_cuda(n, experts, ranks, rph, topk):
+    """The CUDA layout kernel on its own (no communication), hosts counted
+    too (num_tokens_per_rdma_rank, which Buffer does not ask for): random
+    indices with -1, repeats and out-of-range entries (which count as -1
+    on CUDA) against the numpy reference, outputs poisoned first."""
+    import ctypes
+    from mep.ep import _c
+    rng = np.random.default_rng(n * 131 + experts)
+    idx_np = rng.integers(-1, experts, size=(n, topk), dtype=np.int64)
+    if n:
+        idx_np[0, 0] = experts  # out of range: none
+        idx_np[-1, :] = idx_np[-1, 0]  # repeats: the expert counts each
+    ref = np.where(idx_np >= experts, -1, idx_np)
+    want_rank, want_expert, want_in = ref_layout(ref, experts, ranks)
+    hosts = ranks // rph
+    want_host = want_in.reshape(n, hosts, rph).any(2).sum(0).astype(np.int32)
+    dev = torch.device("cuda", 0)
+    idx = torch.from_numpy(idx_np).to(dev)
+    per_rank = torch.full((ranks,), -7, dtype=torch.int32, device=dev)
+    per_host = torch.full((hosts,), -7, dtype=torch.int32, device=dev)
+    per_expert = torch.full((experts,), -7, dtype=torch.int32, device=dev)
+    in_rank = torch.full((max(n, 1), ranks), True, dtype=torch.bool, device=dev)
+    args = _c.LayoutArgs(struct_size=ctypes.sizeof(_c.LayoutArgs),
+                         topk_idx=idx.data_ptr() if n else None, num_tokens=n,
+                         num_topk=topk, num_experts=experts, num_ranks=ranks,
+                         ranks_per_host=rph, num_tokens_per_rank=per_rank.data_ptr(),
+                         num_tokens_per_rdma_rank=per_host.data_ptr(),
+                         num_tokens_per_expert=per_expert.data_ptr(),
+                         is_token_in_rank=in_rank.data_ptr(), flags=_c.CUDA,
+                         stream=torch.cuda.current_stream(dev).cuda_stream)
+    _c.check(_c.libs().ep_get_dispatch_layout(ctypes.byref(args)), "layout")
+    torch.cuda.synchronize(dev)
+    assert npy(per_rank).tolist() == want_rank.tolist()
+    assert npy(per_host).tolist() == want_host.tolist()
+    assert npy(per_expert).tolist() == want_expert.tolist()
+    assert np.array_equal(npy(in_rank)[:n], want_in)
+
+
 TIMEOUT_US = 1_000_000
 MARGIN_S = 4.0
 
