@@ -420,7 +420,15 @@ TIMEOUT_US = 1_000_000
 MARGIN_S = 4.0
 
 
-def killed_member(ctx, victim):
+def _die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def killed_member(ctx, victim, when="dispatch"):
+    """`victim` dies inside the second dispatch (after the count exchange,
+    before any token leaves) or, with when="combine", inside the combine
+    after it; the survivors' calls complete without it, agree on it, and
+    give the numpy reference over the others."""
     mep_ep = eptest.init(ctx)
     R, rank = ctx.world, ctx.rank
     dev_of(rank)
@@ -440,14 +448,8 @@ def killed_member(ctx, victim):
         topk_idx=idx, topk_weights=w)
     buf.combine(expert_fn(rank, recv.float()).to(torch.bfloat16), handle)
     dist.barrier()
-    if rank == victim:
-        # dies inside the next dispatch: after the count exchange, before
-        # any token leaves
-        lib = buf._lib
-
-        def die(*a):
-            os.kill(os.getpid(), signal.SIGKILL)
-        lib.ep_normal_dispatch = die
+    if rank == victim and when == "dispatch":
+        buf._lib.ep_normal_dispatch = _die
     t0 = time.monotonic()
     recv, ridx, rw, counts, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntr, is_token_in_rank=itr, num_tokens_per_expert=nte,
@@ -456,28 +458,35 @@ def killed_member(ctx, victim):
         torch.cuda.synchronize()
     took = time.monotonic() - t0
     act = buf.active_ranks
-    assert act.tolist() == [0 if r == victim else 1 for r in range(R)], act
+    lost = when == "dispatch"
+    assert act.tolist() == [0 if r == victim and lost else 1 for r in range(R)], act
     assert took <= TIMEOUT_US / 1e6 + MARGIN_S, f"dispatch took {took:.2f} s"
     rpm, _, _, src_idx, _, _ = handle
-    # the victim's counts arrived, its rows did not: zero, src_idx -1
-    lo = int(rpm[victim - 1, rank]) if victim else 0
-    hi = int(rpm[victim, rank])
-    assert bool((src_idx[lo:hi] == -1).all()) and bool((ridx[lo:hi] == -1).all())
-    assert bool((recv[lo:hi] == 0).all())
+    if lost:  # the victim's counts arrived, its rows did not: zero, src_idx -1
+        lo = int(rpm[victim - 1, rank]) if victim else 0
+        hi = int(rpm[victim, rank])
+        assert bool((src_idx[lo:hi] == -1).all()) and bool((ridx[lo:hi] == -1).all())
+        assert bool((recv[lo:hi] == 0).all())
     start = 0
     for s in range(R):
         end = int(rpm[s, rank])
-        if s != victim:
+        if s != victim or not lost:
             toks = np.nonzero(ref_layout(data[s][1], E, R)[2][:, rank])[0]
             assert np.array_equal(npy(src_idx[start:end]), toks)
             assert np.array_equal(npy(recv[start:end].float()), data[s][0][toks])
         start = end
     y = expert_fn(rank, recv.float()).to(torch.bfloat16)
+    if rank == victim:
+        buf._lib.ep_normal_combine = _die
     t0 = time.monotonic()
     combined, _, _ = buf.combine(y, handle, timeout_us=TIMEOUT_US)
     if CUDA:
         torch.cuda.synchronize()
-    assert time.monotonic() - t0 < TIMEOUT_US / 1e6, "combine waited for the lost rank"
+    took_c = time.monotonic() - t0
+    assert took_c <= TIMEOUT_US / 1e6 + MARGIN_S, f"combine took {took_c:.2f} s"
+    if lost:
+        assert took_c < TIMEOUT_US / 1e6, "combine waited for the lost rank"
+    assert buf.active_ranks.tolist() == [0 if r == victim else 1 for r in range(R)]
     want_itr = ref_layout(idx_np, E, R)[2]
     acc = np.zeros_like(x_np)
     for r in range(R):
@@ -485,7 +494,7 @@ def killed_member(ctx, victim):
             acc += np.where(want_itr[:, r:r + 1], expert_fn(r, x_np), 0)
     assert np.array_equal(npy(combined.float()), bf16_round(acc))
     buf.destroy()
-    return took
+    return took if lost else took_c
 
 
 @pytest.mark.parametrize("world,victim", [(3, 1), (4, 3), (2, 0), (3, 0)])
@@ -493,4 +502,12 @@ def test_killed_mid_dispatch(world, victim):
     ranks = Ranks(killed_member, world, (victim,), timeout_s=120)
     got = ranks.wait(expect_dead=(victim,))
     print("dispatch with a rank killed mid-call took",
+          [f"{got[r]:.2f} s" for r in sorted(got)])
+
+
+@pytest.mark.parametrize("world,victim", [(3, 2), (2, 1)])
+def test_killed_mid_combine(world, victim):
+    ranks = Ranks(killed_member, world, (victim, "combine"), timeout_s=120)
+    got = ranks.wait(expect_dead=(victim,))
+    print("combine with a rank killed mid-call took",
           [f"{got[r]:.2f} s" for r in sorted(got)])

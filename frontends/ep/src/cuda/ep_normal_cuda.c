@@ -147,14 +147,16 @@ static void fill_common(mep_ep_normal_t *b, int32_t *active,
   k->csig = l->csig;
   k->agree = l->cnt;
   k->agree_slot = l->cw;
-  /* after the agreement words of dispatch and combine (epn_settle) */
+  /* after the agreement words of dispatch and combine (epn_agree); the
+   * combine's phase words at the slot's end */
   k->prog = 16 * (((uint64_t)b->size + 31) / 32);
+  k->cprog = (l->cw - 8 * MEP__EPN_CPHASES) & ~(uint64_t)7;
 }
 
 /* Send blocks the dispatch's progress words have room for: a word of the
- * source, then two per block, in what an agreement slot leaves. */
+ * source, then two per block, before the combine's phase words. */
 static int prog_blocks(const mep__epn_k_t *k) {
-  return (int)((k->agree_slot - k->prog - 8) / 16);
+  return (int)((k->cprog - k->prog - 8) / 16);
 }
 
 static int clampi(int v, int lo, int hi) {
@@ -169,9 +171,10 @@ static int blocks_for(const mep_ep_normal_t *b, int channels, int rows) {
   return clampi(want < rows ? want : rows, 1, 4 * b->cuda->sms);
 }
 
-/* SMs of the dispatch receive, which runs beside the send and copies
- * each row as it comes: those the send leaves (all of them where the send
- * takes most); the launch puts as many blocks on each as fit.
+/* SMs of a receive, which runs beside the send (the dispatch's copies
+ * each row as it comes, combine's sums each token once its rows are in):
+ * those the send leaves (all of them where the send takes most); the
+ * launch puts as many blocks on each as fit.
  * MEP_EP_NORMAL_WIDE_RECV=0 holds it to the config's SMs instead (a
  * diagnosis aid: the copy then trails the send). */
 static int recv_sms(const mep_ep_normal_t *b, int channels, int send) {
@@ -289,7 +292,7 @@ int mep__epn_cuda_combine(mep_ep_normal_t *b,
   k.out_w = a->combined_topk_weights;
   k.cmsg = mep__epn_cmsg_bytes(a->hidden, a->num_topk);
   k.send_blocks = blocks_for(b, channels, a->num_recv_tokens);
-  k.recv_blocks = clampi(a->num_tokens, 1, 4 * b->cuda->sms);
+  k.recv_blocks = recv_sms(b, channels, k.send_blocks);
   int t = (a->hidden / 8 + 31) / 32 * 32;
   k.recv_threads = clampi(t, 64, 512);
   return launched(b, mep__epn_launch_combine(&k, a->stream),

@@ -46,7 +46,8 @@ __device__ __forceinline__ uint64_t epn_ld64_cg(const void *p) {
 }
 
 /* Where the words of slot (half, s) start in a window: rank s's
- * agreement view and, at k.prog, its dispatch progress (ep_normal_k.h). */
+ * agreement view, at k.prog its dispatch progress and at k.cprog its
+ * combine phases (ep_normal_k.h). */
 __device__ __forceinline__ uint64_t epn_slot(const mep__epn_k_t &k, int half,
                                              int s) {
   return k.agree + ((uint64_t)half * k.R + s) * k.agree_slot;
@@ -155,27 +156,6 @@ static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
   __syncthreads();
   for (int r = tid; r < R; r += T)
     if (!(mask[r / 32] >> (r % 32) & 1) && r != me) ep_clear(k.active, r);
-  __syncthreads();
-}
-
-/* Every block of a receive kernel calls it first (all threads): block 0
- * agrees (epn_agree), then releases the other blocks, which wait for
- * that. */
-static __device__ __noinline__ void epn_settle(const mep__epn_k_t &k, int which,
-                                        uint64_t sig_off, uint64_t seq,
-                                        int half, uint64_t deadline) {
-  volatile uint64_t *agreed = &k.st->agreed[which];
-  if (blockIdx.x) {
-    if (threadIdx.x == 0)
-      while (mep_dev_load_acquire(agreed) < seq) __nanosleep(256);
-    __syncthreads();
-    return;
-  }
-  epn_agree(k, which, sig_off, seq, half, deadline);
-  if (threadIdx.x == 0) {
-    __threadfence();
-    mep_dev_store_release((volatile uint64_t *)agreed, seq);
-  }
   __syncthreads();
 }
 

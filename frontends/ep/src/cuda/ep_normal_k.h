@@ -12,7 +12,9 @@
  * mapped source: (seq << 32) | its number of send blocks, then per block
  * (seq << 32) | its first place in this rank's area and (seq << 32) |
  * the rows it has stored so far, so that this rank's receive copies rows
- * while the source still sends (ep_normal_dispatch.cu).
+ * while the source still sends (ep_normal_dispatch.cu). At the slot's
+ * end, at `cprog`, combine's phase words: (seq << 32) | 1 once the
+ * source has stored the rows of phase g (ep_normal_combine.cu).
  * Call numbers live in device memory (mep__ep_dstate_t's seq, per kind),
  * as in the low-latency kernels, so calls replay in CUDA graphs. */
 #ifndef MEP_EP_NORMAL_K_H
@@ -31,13 +33,18 @@ extern "C" {
  * shared memory). */
 #define MEP__EPN_MAX_RANKS 1024
 
+/* Phases of combine's send, each announced by a word per destination
+ * (ep_normal_combine.cu). */
+#define MEP__EPN_CPHASES 16
+
 typedef struct mep__epn_state {
   mep__ep_dstate_t d;  /* seq, done (last block) and mark per kind */
-  uint64_t agreed[2];  /* dispatch, combine receive: the call whose
-                        * agreement block 0 finished (combine only now) */
   unsigned int lost[MEP__EPN_MAX_RANKS / 32]; /* sources whose wait gave up
                                                * in the dispatch receive
                                                * (its last block clears) */
+  unsigned int clost[MEP__EPN_MAX_RANKS / 32]; /* the same in combine's */
+  unsigned int cphase[MEP__EPN_CPHASES]; /* combine's send blocks done with
+                                          * each phase (the last resets) */
 } mep__epn_state_t;
 
 typedef struct mep__epn_k {
@@ -49,6 +56,7 @@ typedef struct mep__epn_k {
   /* offsets of the window's areas; P bytes per (half, source) */
   uint64_t P, drecv, crecv, dstage, cstage, dsig, csig, agree, agree_slot;
   uint64_t prog;             /* progress words' offset in an agree slot */
+  uint64_t cprog;            /* combine's phase words' offset there */
   const int32_t *rpm;        /* device [R][R]: rank_prefix_matrix */
   const int32_t *src_tokens; /* device [R]: each source's num_tokens, for
                               * recv_channel_prefix_matrix; NULL: none */
