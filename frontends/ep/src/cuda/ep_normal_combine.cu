@@ -26,6 +26,8 @@ namespace ep {
 namespace {
 
 #define EPN_CSEND_THREADS 512
+/* 16-byte loads a lane of the send keeps in flight per row */
+#define EPN_CSEND_UNROLL 16
 #define EPN_CRECV_THREADS_MAX 512
 
 /* Rows in phase g of the c a destination gets: [lo, hi). */
@@ -40,19 +42,6 @@ __device__ __forceinline__ int phase_of(int i, int c) {
 /* Destination d of this rank's sends: the sources from the next rank on. */
 __device__ __forceinline__ int dest(int me, int d, int R) {
   return (me + 1 + d) % R;
-}
-
-/* Thread 0's view, shared: whether this block finished phase g last. */
-__device__ __forceinline__ bool last_of_phase(const mep__epn_k_t &k, int g) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    last = atomicAdd(&k.st->cphase[g], 1u) == gridDim.x - 1;
-    if (last) k.st->cphase[g] = 0; /* no block adds to it again this call */
-  }
-  __syncthreads();
-  return last;
 }
 
 __global__ void __launch_bounds__(EPN_CSEND_THREADS)
@@ -99,12 +88,12 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
       const int j = epn_before(k.rpm, R, s, me) + i;
       uint8_t *m = mep_dev_dst(w, s, to + (uint64_t)i * cmsg,
                                k.cstage + (uint64_t)j * cmsg);
-      ep_warp_copy<false, 16>(m, (const uint8_t *)k.cx + (size_t)j * rb,
+      ep_warp_copy<false, EPN_CSEND_UNROLL>(m, (const uint8_t *)k.cx + (size_t)j * rb,
                               (int)(rb / 16), lane);
       for (int q = lane; q < K; q += 32)
         ((float *)(m + rb))[q] = k.cw[(size_t)j * K + q];
     }
-    if (last_of_phase(k, g))
+    if (ep_last_block(&k.st->cphase[g], gridDim.x)) /* resets it */
       for (int s = tid; s < R; s += T)
         if (s != me && ep_active(k.active, s) && w->kind[s] == MEP_DEV_PTR)
           (void)mep_dev_signal(w, s, words + 8 * (uint64_t)g,
