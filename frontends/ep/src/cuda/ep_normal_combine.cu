@@ -88,8 +88,8 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
       const int j = epn_before(k.rpm, R, s, me) + i;
       uint8_t *m = mep_dev_dst(w, s, to + (uint64_t)i * cmsg,
                                k.cstage + (uint64_t)j * cmsg);
-      ep_warp_copy<false, EPN_CSEND_UNROLL>(m, (const uint8_t *)k.cx + (size_t)j * rb,
-                              (int)(rb / 16), lane);
+      ep_warp_copy<false, EPN_CSEND_UNROLL>(
+          m, (const uint8_t *)k.cx + (size_t)j * rb, (int)(rb / 16), lane);
       for (int q = lane; q < K; q += 32)
         ((float *)(m + rb))[q] = k.cw[(size_t)j * K + q];
     }
@@ -127,16 +127,17 @@ __device__ __forceinline__ const uint8_t *token_row(const mep__epn_k_t &k,
   if (!ep_active(k.active, r) || ((uint64_t)i + 1) * k.cmsg > k.P) return NULL;
   const mep_dev_win_t *w = k.win;
   uint64_t v;
-  const uint64_t at = w->kind[r] == MEP_DEV_PTR
-                          ? epn_slot(k, half, r) + k.cprog + 8 * (uint64_t)phase_of(i, c)
-                          : k.csig + ((uint64_t)half * R + r) * 8;
+  const uint64_t at =
+      w->kind[r] == MEP_DEV_PTR
+          ? epn_slot(k, half, r) + k.cprog + 8 * (uint64_t)phase_of(i, c)
+          : k.csig + ((uint64_t)half * R + r) * 8;
   if (wait && !ep_wait_word((const uint64_t *)mep_dev_src(w, r, at), seq,
                             k.active, r, deadline, &v)) {
     atomicOr(&k.st->clost[r / 32], 1u << (r % 32));
     return NULL;
   }
-  return mep_dev_src(w, r,
-                     k.crecv + ((uint64_t)half * R + r) * k.P + (uint64_t)i * k.cmsg);
+  return mep_dev_src(w, r, k.crecv + ((uint64_t)half * R + r) * k.P +
+                               (uint64_t)i * k.cmsg);
 }
 
 /* The threads of a block: token t's sum of the rows at rows[0..R) (NULL:
