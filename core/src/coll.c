@@ -11,11 +11,16 @@
 #include "error.h"
 #include "ft.h"
 #include "log.h"
+#include "lreg.h"
 #include "reduce.h"
 #include "region.h"
 #include "req.h"
 
 #define HDR_BYTES 64
+/* A chunk this long (or a whole chunk_bytes, if less) leaves from the
+ * caller's buffer: below it the separate header write and the
+ * registration cost more than the copy saves. */
+#define ZC_MIN_BYTES 65536
 #define HDR_MAGIC 0x4c4c4f43u /* "COLL" */
 
 /* The header in front of every chunk; both ends share an architecture. */
@@ -48,6 +53,15 @@ struct mep__coll {
   size_t two_shot;                  /* [core] two_shot_bytes */
   uint8_t *aside;                   /* in-place inputs, copied at the start */
   size_t aside_cap;                 /* (collectives run one at a time) */
+  /* Zero-copy sends: a chunk of at least zc_min bytes (ZC_MIN_BYTES, or
+   * a whole chunk) leaves from the caller's buffer, registered locally
+   * (lregs), instead of through send_stage; only its header is staged.
+   * zc_issued[p] counts those writes to p, comm->zc_done[p] their
+   * completions: a collective finishes once they match (zc_drained). */
+  size_t zc_min;
+  mep__lregs_t *lregs;
+  uint64_t *zc_issued;
+  uint64_t zc_writes;               /* all of them, for tests */
 };
 
 /* ------------------------------------------------------------ set-up */
@@ -75,6 +89,7 @@ int mep__coll_init(mep_comm_t *comm) {
   c->agreement = agree == 0;
   c->chunk = (size_t)chunk & ~(size_t)63;
   c->slot = HDR_BYTES + c->chunk;
+  c->zc_min = c->chunk < ZC_MIN_BYTES ? c->chunk : ZC_MIN_BYTES;
   c->send_stage = malloc(n * 2 * c->slot);
   c->recv_stage = malloc(n * 2 * c->slot);
   c->sig = calloc(2 * n, sizeof *c->sig);
@@ -82,8 +97,12 @@ int mep__coll_init(mep_comm_t *comm) {
   c->sent = calloc(n, sizeof *c->sent);
   c->consumed = calloc(n, sizeof *c->consumed);
   c->acc = malloc(2 * c->chunk); /* float16 accumulates in float32 */
+  c->zc_issued = calloc(n, sizeof *c->zc_issued);
+  comm->zc_done = calloc(n, sizeof *comm->zc_done);
+  c->lregs = mep__lregs_new(comm, 8);
   if (!c->send_stage || !c->recv_stage || !c->sig || !c->held || !c->sent ||
-      !c->consumed || !c->acc)
+      !c->consumed || !c->acc || !c->zc_issued || !comm->zc_done ||
+      !c->lregs)
     return mep__err(MEP_ERR_NOMEM, "collective staging of %zu bytes",
                     n * 4 * c->slot);
   rc = mep_region_register(comm, c->send_stage, n * 2 * c->slot,
@@ -111,6 +130,17 @@ void mep__coll_reset_peer(mep_comm_t *comm, int p) {
   for (size_t i = 0; i < 2; i++)
     __atomic_store_n(&c->sig[i * n + (size_t)p], 0, __ATOMIC_RELEASE);
   memset(c->recv_stage + (size_t)p * 2 * c->slot, 0, 2 * c->slot);
+  /* the old process's connection was closed: its writes never complete */
+  c->zc_issued[p] = 0;
+  atomic_store(&comm->zc_done[p], 0);
+}
+
+void mep__coll_zc_stats(const mep_comm_t *comm, uint64_t *writes,
+                        int *entries, unsigned long *made) {
+  const struct mep__coll *c = comm->coll;
+  *writes = c->zc_writes;
+  *entries = mep__lregs_count(c->lregs);
+  *made = mep__lregs_made(c->lregs);
 }
 
 uint64_t mep__coll_ops(const mep_comm_t *comm) { return comm->coll->seq; }
@@ -132,6 +162,10 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->consumed);
   free(c->acc);
   free(c->aside);
+  mep__lregs_free(c->lregs);
+  free(c->zc_issued);
+  free((void *)comm->zc_done);
+  comm->zc_done = NULL;
   free(c);
   comm->coll = NULL;
   comm->coll_done_from = NULL;
@@ -185,6 +219,10 @@ typedef struct op {
   size_t smax, rmax; /* chunks of the longest message of the step */
   uint64_t seq, epoch, digest, deadline, probe_end;
   int data_done, probed;
+  mep_region_t *zreg[2]; /* the send and receive buffers, registered for
+                            zero-copy sends (NULL: staged; lregs owns) */
+  int finishing;         /* ended, but the transports may still read them */
+  uint64_t fin_deadline;
   char waiting[160];
 } op_t;
 
@@ -243,6 +281,44 @@ static int lost(int rc) {
 static int release(mep_comm_t *comm, int s);
 static int mismatch(mep_req_t *req, int s, const chdr_t *h);
 
+/* The registration of the caller's buffer holding [src, src + len), usable
+ * towards p, and the offset of src in it; NULL: stage the chunk. */
+static const mep_region_t *zc_source(const mep_comm_t *comm, const op_t *o,
+                                     int p, const uint8_t *src, size_t len,
+                                     size_t *off) {
+  if (len < comm->coll->zc_min) return NULL;
+  for (int k = 0; k < 2; k++) {
+    const mep_region_t *r = o->zreg[k];
+    if (!r || !r->mrs[comm->peers[p].tp]) continue;
+    uintptr_t a = (uintptr_t)src, base = (uintptr_t)r->ptr;
+    if (a >= base && len <= r->len && a - base <= r->len - len) {
+      *off = (size_t)(a - base);
+      return r;
+    }
+  }
+  return NULL;
+}
+
+/* Puts the staged header of the chunk in `seq`'s slot and its payload to
+ * p: from the slot behind the header, or straight from the caller's
+ * buffer `z` (zero-copy: no copy in; the payload lands behind the header
+ * all the same, so the receiver cannot tell). */
+static int put_chunk(mep_comm_t *comm, int p, uint64_t seq, const uint8_t *src,
+                     size_t len, const mep_region_t *z, size_t zoff) {
+  struct mep__coll *c = comm->coll;
+  size_t off = stage_off(c, p, seq), roff = stage_off(c, comm->rank, seq);
+  if (!z) {
+    if (len) memcpy(c->send_stage + off + HDR_BYTES, src, len);
+    return mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES + len);
+  }
+  int rc = mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES);
+  if (rc == MEP_OK)
+    rc = mep__put_tagged(comm, p, z, zoff, c->rr, roff + HDR_BYTES, len,
+                         MEP__TOKEN_ZC);
+  if (rc == MEP_OK) c->zc_issued[p]++, c->zc_writes++;
+  return rc;
+}
+
 /* Sends chunk j of the current step to p: 1 sent, 0 blocked, <0 error. */
 static int send_chunk(mep_req_t *req, int p, size_t j) {
   mep_comm_t *comm = req->comm;
@@ -264,9 +340,10 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
               .step = (uint32_t)o->step, .chunk = (uint32_t)j,
               .sender = (uint32_t)comm->rank, .magic = HDR_MAGIC};
   memcpy(slot, &h, sizeof h);
-  if (len) memcpy(slot + HDR_BYTES, st->sptr[p] + j * c->chunk, len);
-  size_t off = stage_off(c, p, seq), roff = stage_off(c, comm->rank, seq);
-  int rc = mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES + len);
+  const uint8_t *src = len ? st->sptr[p] + j * c->chunk : NULL;
+  size_t zoff = 0;
+  const mep_region_t *z = zc_source(comm, o, p, src, len, &zoff);
+  int rc = put_chunk(comm, p, seq, src, len, z, zoff);
   if (rc == MEP_OK)
     rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
                     MEP_SIGNAL_SET);
@@ -652,6 +729,69 @@ static int copy_aside(mep_req_t *req) {
   return MEP_OK;
 }
 
+/* The bytes of the caller's buffers that this rank's plan sends from: the
+ * input (after copy_aside) and, for all-reduce's and broadcast's second
+ * step, the output. 0: none (a root of reduce or gather, a non-root of
+ * scatter send nothing, and may pass anything). */
+static void send_extents(const mep_comm_t *comm, const mep__coll_spec_t *s,
+                         size_t *in, size_t *out) {
+  size_t n = (size_t)comm->size, b = s->count * mep_dtype_size(s->dtype);
+  int root = s->root == comm->rank;
+  *in = *out = 0;
+  switch (s->kind) {
+  case MEP__COLL_ALLREDUCE: *in = *out = b; break;
+  case MEP__COLL_BROADCAST: *out = b; break;
+  case MEP__COLL_REDUCE:
+  case MEP__COLL_GATHER: *in = root ? 0 : b; break;
+  case MEP__COLL_ALLGATHER: *in = b; break;
+  case MEP__COLL_SCATTER: *in = root ? n * b : 0; break;
+  case MEP__COLL_REDUCE_SCATTER:
+  case MEP__COLL_ALLTOALL: *in = n * b; break;
+  case MEP__COLL_ALLTOALLV:
+    for (size_t p = 0; p < n; p++) {
+      size_t e = (s->v[n + p] + s->v[p]) * mep_dtype_size(s->dtype);
+      if (s->v[p] && e > *in) *in = e;
+    }
+    break;
+  default: break;
+  }
+  if (!s->send) *in = 0;
+  if (!s->recv) *out = 0;
+}
+
+/* Registers (or finds registered) the buffers large enough for chunks to
+ * leave from them. A registration that fails only costs the copy. */
+static void zc_setup(mep_req_t *req) {
+  struct mep__coll *c = req->comm->coll;
+  op_t *o = req->impl;
+  size_t in, out;
+  send_extents(req->comm, &o->spec, &in, &out);
+  if (in >= c->zc_min &&
+      mep__lregs_get(c->lregs, o->spec.send, in, &o->zreg[0]) != MEP_OK)
+    o->zreg[0] = NULL;
+  if (out >= c->zc_min && (o->spec.recv != o->spec.send || out != in) &&
+      mep__lregs_get(c->lregs, o->spec.recv, out, &o->zreg[1]) != MEP_OK)
+    o->zreg[1] = NULL;
+  mep__err_clear(); /* a refusal is no error of the call */
+}
+
+/* The collective no longer uses its buffers' registrations (the cache
+ * keeps them). */
+static void zc_release(op_t *o) { o->zreg[0] = o->zreg[1] = NULL; }
+
+/* Whether the transports are done with every zero-copy write: until then
+ * they may still read the caller's buffers, which the caller may reuse or
+ * free once the collective returns. A peer whose connection was closed
+ * (dropped from the group) has nothing left to read. */
+static int zc_drained(mep_comm_t *comm) {
+  struct mep__coll *c = comm->coll;
+  for (int p = 0; p < comm->size; p++)
+    if (c->zc_issued[p] > atomic_load(&comm->zc_done[p]) &&
+        comm->peers[p].ep)
+      return 0;
+  return 1;
+}
+
 /* The deadline passed: probe the peers before blaming them. A peer that
  * does not answer leaves the group (and the attempt starts again over the
  * others); if every peer answers, they are alive but not calling this
@@ -674,13 +814,14 @@ static int overdue(mep_req_t *req, uint64_t now) {
               o->plan.algo, o->waiting, comm->timeout_ms);
 }
 
-static int advance(mep_req_t *req) {
+static int run(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   op_t *o = req->impl;
   int moved = 0;
   if (!o->seq) { /* its turn came: collectives start in call order */
     o->seq = ++comm->coll->seq;
     int rc = copy_aside(req);
+    if (rc == MEP_OK) zc_setup(req);
     if (rc == MEP_OK) rc = attempt(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
   }
@@ -734,8 +875,34 @@ static int advance(mep_req_t *req) {
   return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
 }
 
+/* Runs the collective; once it ended (its outcome set), holds it until the
+ * transports are done with its zero-copy writes. With agreement on they
+ * nearly always are: every peer returned the credit of the last chunk.
+ * A peer that keeps the bytes unread past the timeout (it stopped reading
+ * yet is still connected) is waited for no longer, with an error logged. */
+static int advance(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  op_t *o = req->impl;
+  if (!o->finishing) {
+    int rc = run(req);
+    if (rc != MEP__ADV_DONE) return rc;
+    o->finishing = 1;
+    o->fin_deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
+  }
+  if (!zc_drained(comm)) {
+    if (mep__now_ms() < o->fin_deadline) return MEP__ADV_WAIT;
+    mep__error("%s #%llu: a peer still holds its zero-copy sends unread "
+               "after %d ms; finishing without them",
+               kind_names[o->spec.kind], (unsigned long long)o->seq,
+               comm->timeout_ms);
+  }
+  zc_release(o);
+  return MEP__ADV_DONE;
+}
+
 static void cleanup(mep_req_t *req) {
   op_t *o = req->impl;
+  zc_release(o); /* one that never ended (the engine closed) */
   mep__plan_free(&o->plan);
   mep__coll_spec_free(&o->spec);
   free(o->act);

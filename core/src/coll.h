@@ -39,6 +39,11 @@ void mep__coll_reset_peer(mep_comm_t *comm, int peer);
 uint64_t mep__coll_ops(const mep_comm_t *comm);
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
 
+/* Zero-copy sends so far (writes from callers' buffers, every peer) and
+ * the registration cache: entries held, registrations made. For tests. */
+void mep__coll_zc_stats(const mep_comm_t *comm, uint64_t *writes,
+                        int *entries, unsigned long *made);
+
 /* Starts `spec` (ownership passes) as a collective request, with the
  * request hooks `hooks` (NULL: none; req.h). */
 int mep__coll_start(mep_comm_t *comm, mep__coll_spec_t *spec,

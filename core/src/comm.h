@@ -86,6 +86,10 @@ struct mep_comm {
   _Atomic uint64_t issued, completed;
   _Atomic int first_error;
   _Atomic int first_error_peer;
+  /* Per peer: completed writes whose token has MEP__TOKEN_ZC (region.h),
+   * counted by the progress thread for the collective engine (coll.c,
+   * which allocates it). */
+  _Atomic uint64_t *zc_done;
 
   mep__progress_t *progress;
   mep__progress_hooks_t progress_hooks; /* registered by req.c */

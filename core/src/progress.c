@@ -22,6 +22,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "region.h"
 
 enum { MODE_ADAPTIVE, MODE_SPIN, MODE_BLOCKING };
 
@@ -46,6 +47,9 @@ struct mep__progress {
 static void handle(mep_comm_t *comm, const mep_tp_completion_t *c,
                    const char *tp_name) {
   if (c->token != MEP_TP_TOKEN_NONE) atomic_fetch_add(&comm->completed, 1);
+  if (c->token != MEP_TP_TOKEN_NONE && (c->token & MEP__TOKEN_ZC) &&
+      comm->zc_done && c->peer >= 0 && c->peer < comm->max_size)
+    atomic_fetch_add(&comm->zc_done[c->peer], 1);
   if (c->status >= 0) return;
   int expected = 0;
   if (c->token != MEP_TP_TOKEN_NONE &&

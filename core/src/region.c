@@ -132,6 +132,33 @@ int mep_region_deregister(mep_region_t *r) {
   return MEP_OK;
 }
 
+int mep__region_local(mep_comm_t *comm, const void *ptr, size_t len,
+                      mep_region_t **out) {
+  mep_region_t *r = calloc(1, sizeof *r);
+  if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  r->comm = comm;
+  r->ptr = (void *)ptr;
+  r->len = len;
+  r->kind = MEP_MEM_HOST;
+  pthread_mutex_init(&r->lock, NULL);
+  r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
+  if (!r->mrs) {
+    mep_region_deregister(r);
+    return mep__err(MEP_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < comm->ntps; i++) {
+    mep__tp_t *tp = &comm->tps[i];
+    if (!tp->used || !(tp->props.mem_kinds & (1u << MEP_MEM_HOST))) continue;
+    uint8_t rkey[MEP_TP_MAX_RKEY];
+    size_t rlen = sizeof rkey;
+    if (tp->vt->reg(tp->ctx, r->ptr, len, MEP_MEM_HOST, &r->mrs[i], rkey,
+                    &rlen) != MEP_OK)
+      r->mrs[i] = NULL; /* its peers keep the staged path */
+  }
+  *out = r;
+  return MEP_OK;
+}
+
 void *mep_region_ptr(const mep_region_t *r) { return r ? r->ptr : NULL; }
 size_t mep_region_len(const mep_region_t *r) { return r ? r->len : 0; }
 

@@ -33,4 +33,23 @@ int mep__region_import_active(mep_region_t *r, const uint8_t *act);
  * process replaces it); the next use imports afresh. */
 void mep__region_forget(mep_region_t *r, int peer);
 
+/* Write tokens with this bit are the collective engine's zero-copy sends
+ * (coll.c): the progress thread counts their completions per peer in
+ * comm->zc_done, so the engine knows exactly when the transport no longer
+ * reads the caller's memory. Counters stay far below it. */
+#define MEP__TOKEN_ZC (UINT64_C(1) << 62)
+
+/* mep_put whose write token carries `tag` (MEP__TOKEN_ZC or 0). */
+int mep__put_tagged(mep_comm_t *comm, int peer, const mep_region_t *src,
+                    size_t src_off, const mep_region_t *dst, size_t dst_off,
+                    size_t len, uint64_t tag);
+
+/* A registration of [ptr, ptr + len) with the used transports for this
+ * rank's own writes only: no id, nothing published, so it is not
+ * collective. A transport that refuses it (or carries no host memory)
+ * leaves its mrs[] entry NULL: peers routed through it are not written
+ * from it. Freed with mep_region_deregister. */
+int mep__region_local(mep_comm_t *comm, const void *ptr, size_t len,
+                      mep_region_t **out);
+
 #endif

@@ -39,9 +39,10 @@ static int check_regions(const mep_comm_t *comm, const mep_region_t *a,
   return MEP_OK;
 }
 
-int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
-            size_t src_off, const mep_region_t *dst, size_t dst_off,
-            size_t len) {
+/* mep_put with `tag` or'ed into the write's token (region.h). */
+static int put(mep_comm_t *comm, int peer, const mep_region_t *src,
+               size_t src_off, const mep_region_t *dst, size_t dst_off,
+               size_t len, uint64_t tag) {
   if (!comm) return mep__err(MEP_ERR_INVALID, "mep_put: NULL communicator");
   int rc = check_regions(comm, src, dst, "mep_put");
   if (rc == MEP_OK) rc = check_peer(comm, peer, "mep_put");
@@ -66,7 +67,7 @@ int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
                     dst->id, (unsigned long long)rem->len);
   const mep__peer_t *p = &comm->peers[peer];
   const mep__tp_t *tp = &comm->tps[p->tp];
-  uint64_t token = atomic_fetch_add(&comm->issued, 1);
+  uint64_t token = atomic_fetch_add(&comm->issued, 1) | tag;
   mep__err_clear();
   rc = tp->vt->write(p->ep, src->mrs[p->tp], src_off, rem->rmr, dst_off, len,
                      token);
@@ -78,6 +79,18 @@ int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
   /* Its completion may already wait in the transport with no fd event. */
   mep__progress_kick(comm);
   return MEP_OK;
+}
+
+int mep_put(mep_comm_t *comm, int peer, const mep_region_t *src,
+            size_t src_off, const mep_region_t *dst, size_t dst_off,
+            size_t len) {
+  return put(comm, peer, src, src_off, dst, dst_off, len, 0);
+}
+
+int mep__put_tagged(mep_comm_t *comm, int peer, const mep_region_t *src,
+                    size_t src_off, const mep_region_t *dst, size_t dst_off,
+                    size_t len, uint64_t tag) {
+  return put(comm, peer, src, src_off, dst, dst_off, len, tag);
 }
 
 int mep_signal(mep_comm_t *comm, int peer, const mep_region_t *dst,

@@ -144,6 +144,8 @@ static int tcp_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       .latency_us = 5.0,
       .bandwidth_gbps = 5.0,
       .event_fd = ctx->epfd,
+      /* a region is a base and a length in a table: nothing is pinned */
+      .reg_by_address = 1,
   };
   size_t n = props->struct_size < sizeof full ? props->struct_size
                                               : sizeof full;

@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 4
+#define MEP_TRANSPORT_ABI_MINOR 5
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -244,6 +244,14 @@ typedef struct mep_tp_props {
    * (an epoll fd, an eventfd), so an idle core can sleep on it; -1 if the
    * plugin must be polled. */
   int event_fd;
+  /* (ABI 1.5) 1 when a registration of host memory records addresses
+   * only and holds on to no memory (pins no pages): one made for a buffer
+   * stays right for whatever is mapped at those addresses later, so the
+   * core may keep it across calls (its cache of callers' buffers, from
+   * which large collective chunks are written without a copy). 0, and in
+   * plugins built before this field: the core registers only its own
+   * buffers with it, and stages collective chunks. */
+  int reg_by_address;
 } mep_tp_props_t;
 
 typedef struct mep_tp_completion {
