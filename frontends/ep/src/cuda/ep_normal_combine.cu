@@ -193,19 +193,12 @@ __device__ __forceinline__ void sum_token(const mep__epn_k_t &k, int t,
 __device__ __noinline__ void combine_settle(const mep__epn_k_t &k,
                                             uint64_t seq, int half,
                                             uint64_t deadline) {
-  __shared__ unsigned int before[MEP__EPN_MAX_RANKS / 32];
-  __shared__ int again;
+  __shared__ unsigned int dropped[MEP__EPN_MAX_RANKS / 32];
   extern __shared__ const uint8_t *rows[];
   const int R = k.R, T = blockDim.x, tid = threadIdx.x;
-  if (tid == 0) again = 0;
-  for (int i = tid; i < (R + 31) / 32; i += T) {
-    before[i] = epn_active_word(k, i) | k.st->clost[i];
-    k.st->clost[i] = 0;
-  }
-  epn_agree(k, 1, k.csig, seq, half, deadline);
-  for (int i = tid; i < (R + 31) / 32; i += T)
-    if (before[i] & ~epn_active_word(k, i)) again = 1;
-  __syncthreads();
+  epn_agree_dropped(k, 1, k.csig, k.st->clost, dropped, seq, half, deadline);
+  int again = 0; /* the same in every thread */
+  for (int i = 0; i < (R + 31) / 32; i++) again |= dropped[i] != 0;
   for (int t = 0; again && t < k.num_tokens; t++) {
     for (int r = tid; r < R; r += T)
       rows[r] = token_row(k, t, r, 0, seq, half, deadline);

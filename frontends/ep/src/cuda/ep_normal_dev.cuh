@@ -159,4 +159,22 @@ static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
   __syncthreads();
 }
 
+/* The last block of a receive (all threads), once its copies are done:
+ * the agreement round (epn_agree), and in dropped[] the ranks the receive
+ * may have taken rows from that the round leaves out: active before it,
+ * or lost during the call (the bits its waits set in lost[], cleared here
+ * for the next call), and not active after it. */
+static __device__ __noinline__ void epn_agree_dropped(
+    const mep__epn_k_t &k, int which, uint64_t sig_off, unsigned int *lost,
+    unsigned int *dropped, uint64_t seq, int half, uint64_t deadline) {
+  const int W = (k.R + 31) / 32, T = blockDim.x, tid = threadIdx.x;
+  for (int i = tid; i < W; i += T) {
+    dropped[i] = epn_active_word(k, i) | lost[i];
+    lost[i] = 0;
+  }
+  epn_agree(k, which, sig_off, seq, half, deadline);
+  for (int i = tid; i < W; i += T) dropped[i] &= ~epn_active_word(k, i);
+  __syncthreads();
+}
+
 #endif /* MEP_EP_NORMAL_DEV_CUH */

@@ -266,18 +266,14 @@ __device__ __forceinline__ void zero_row(const mep__epn_k_t &k, int j,
 __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
                                              uint64_t seq, int half,
                                              uint64_t deadline) {
-  __shared__ unsigned int before[MEP__EPN_MAX_RANKS / 32];
+  __shared__ unsigned int dropped[MEP__EPN_MAX_RANKS / 32];
   const int R = k.R, me = k.rank, T = blockDim.x, tid = threadIdx.x;
   const int lane = tid & 31, nw = T >> 5;
   const mep_dev_win_t *w = k.win;
   const uint64_t P = k.P, dmsg = k.dmsg;
-  for (int i = tid; i < (R + 31) / 32; i += T) {
-    before[i] = epn_active_word(k, i) | k.st->lost[i];
-    k.st->lost[i] = 0;
-  }
-  epn_agree(k, 0, k.dsig, seq, half, deadline);
+  epn_agree_dropped(k, 0, k.dsig, k.st->lost, dropped, seq, half, deadline);
   for (int s = 0; s < R; s++) {
-    if (ep_active(k.active, s) || !(before[s / 32] >> (s % 32) & 1)) continue;
+    if (!(dropped[s / 32] >> (s % 32) & 1)) continue;
     const int e = k.rpm[s * R + me];
     for (int j = epn_before(k.rpm, R, s, me) + (tid >> 5); j < e; j += nw)
       zero_row(k, j, lane);
