@@ -775,10 +775,6 @@ static void zc_setup(mep_req_t *req) {
   mep__err_clear(); /* a refusal is no error of the call */
 }
 
-/* The collective no longer uses its buffers' registrations (the cache
- * keeps them). */
-static void zc_release(op_t *o) { o->zreg[0] = o->zreg[1] = NULL; }
-
 /* Whether the transports are done with every zero-copy write: until then
  * they may still read the caller's buffers, which the caller may reuse or
  * free once the collective returns. A peer whose connection was closed
@@ -896,13 +892,11 @@ static int advance(mep_req_t *req) {
                kind_names[o->spec.kind], (unsigned long long)o->seq,
                comm->timeout_ms);
   }
-  zc_release(o);
   return MEP__ADV_DONE;
 }
 
 static void cleanup(mep_req_t *req) {
   op_t *o = req->impl;
-  zc_release(o); /* one that never ended (the engine closed) */
   mep__plan_free(&o->plan);
   mep__coll_spec_free(&o->spec);
   free(o->act);

@@ -70,6 +70,25 @@ static int register_all(mep_region_t *r, mep__wbuf_t *blob) {
   return blob->oom ? mep__err(MEP_ERR_NOMEM, "out of memory") : MEP_OK;
 }
 
+/* A region of [ptr, ptr + len) with room for every transport's
+ * registration, none made yet; NULL when out of memory. */
+static mep_region_t *region_new(mep_comm_t *comm, void *ptr, size_t len,
+                                mep_memkind_t kind) {
+  mep_region_t *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->comm = comm;
+  r->ptr = ptr;
+  r->len = len;
+  r->kind = kind;
+  pthread_mutex_init(&r->lock, NULL);
+  r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
+  if (!r->mrs) {
+    mep_region_deregister(r);
+    return NULL;
+  }
+  return r;
+}
+
 int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
                         mep_memkind_t kind, mep_region_t **out) {
   if (!comm || !out || (!ptr && len))
@@ -80,19 +99,13 @@ int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
   if (kind == MEP_MEM_CUDA)
     return mep__err(MEP_ERR_UNSUPPORTED, "mep_region_register: CUDA memory "
                     "is not supported by this build of libmep yet");
-  mep_region_t *r = calloc(1, sizeof *r);
+  mep_region_t *r = region_new(comm, ptr, len, kind);
   if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  r->comm = comm;
-  r->ptr = ptr;
-  r->len = len;
-  r->kind = kind;
-  pthread_mutex_init(&r->lock, NULL);
-  r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
   r->remote = calloc((size_t)comm->max_size, sizeof *r->remote);
   pthread_mutex_lock(&comm->lock);
   r->id = comm->next_region++;
-  int rc = r->mrs && r->remote ? track(comm, r)
-                               : mep__err(MEP_ERR_NOMEM, "out of memory");
+  int rc = r->remote ? track(comm, r)
+                     : mep__err(MEP_ERR_NOMEM, "out of memory");
   pthread_mutex_unlock(&comm->lock);
   mep__wbuf_t blob = {0};
   if (rc == MEP_OK) rc = register_all(r, &blob);
@@ -134,18 +147,8 @@ int mep_region_deregister(mep_region_t *r) {
 
 int mep__region_local(mep_comm_t *comm, const void *ptr, size_t len,
                       mep_region_t **out) {
-  mep_region_t *r = calloc(1, sizeof *r);
+  mep_region_t *r = region_new(comm, (void *)ptr, len, MEP_MEM_HOST);
   if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  r->comm = comm;
-  r->ptr = (void *)ptr;
-  r->len = len;
-  r->kind = MEP_MEM_HOST;
-  pthread_mutex_init(&r->lock, NULL);
-  r->mrs = calloc((size_t)comm->ntps + 1, sizeof *r->mrs);
-  if (!r->mrs) {
-    mep_region_deregister(r);
-    return mep__err(MEP_ERR_NOMEM, "out of memory");
-  }
   for (int i = 0; i < comm->ntps; i++) {
     mep__tp_t *tp = &comm->tps[i];
     if (!tp->used || !(tp->props.mem_kinds & (1u << MEP_MEM_HOST))) continue;
