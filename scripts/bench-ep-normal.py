@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """mep.ep's normal mode (prefill/training dispatch and combine) on 2 GPUs
-(--ranks N: N GPUs, a rank each), against all_to_all_single over NCCL moving the same rows, same run.
+(--ranks N: N GPUs, a rank each), against all_to_all_single over NCCL
+moving the same rows, same run.
 
 Each rank has --tokens tokens (default 4096) of --hidden values (default
 7168), each routed to --topk of --experts experts (default top-8 of 256,

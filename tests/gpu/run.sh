@@ -188,7 +188,8 @@ fi
 if want normal; then
   # the EP normal mode on the CUDA path: test_ep_normal.py's checks on CUDA
   # tensors (2, 3 and 4 ranks over the GPUs there are, ranks killed in a
-  # dispatch), and over the proxy (tcp)
+  # dispatch and in a combine, the layout kernel alone), and over the
+  # proxy (tcp)
   py_normal=(python3 -m pytest -x -q -p no:cacheprovider tests/ep/python/test_ep_normal.py)
   t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" -k "roundtrip or killed or layout_cuda"
   t ep-normal-cuda-tcp 300 env MEP_TEST_EP_DEVICE=cuda MEP_TRANSPORTS=tcp \
