@@ -59,12 +59,17 @@ def median_us(fn, iters, warmup):
 def kernel_us(fn, iters):
     """Mean GPU time of each mep kernel fn launches (torch's profiler):
     where a call's time goes between its send and its receive, whose time
-    includes its wait for the peers' sends."""
+    includes its wait for the peers' sends. The ranks meet once the
+    profiler runs, whose start takes each a different time, so that no
+    receive waits for a peer still starting it."""
     import torch
+    import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        dist.barrier()
+        torch.cuda.synchronize()
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()

@@ -141,7 +141,8 @@ static void run_case(mep_comm_t *comm, mep_ep_normal_t *buf, const ncase_t *c,
   int32_t *cpm = malloc(4 * (size_t)R * C);
   mep_ep_notify_args_t na = {
       sizeof na, N,  E,  c->align, C,    ntr,    nte,     itr,    H,
-      es,        S,  K,  NULL,     0,    &nrecv, per_exp, rpm,    cpm};
+      es,        S,  K,  NULL,     0,    &nrecv, per_exp, rpm,    cpm,
+      0,         NULL};
   CHECK_OK(mep_ep_notify_dispatch(buf, &na));
   /* reference counts: rows by source in rank order */
   int want_recv = 0;
@@ -365,7 +366,16 @@ static int small(mep_comm_t *comm) {
   CHECK_OK(mep_ep_get_dispatch_layout(&la));
   int nrecv;
   mep_ep_notify_args_t na = {sizeof na, N, E, 1, 0, ntr, nte, itr, 128, 2, 0,
-                             2, NULL, 0, &nrecv, pe, rpm, NULL};
+                             2, NULL, 0, &nrecv, pe, rpm, NULL,
+                             MEP_EP_CUDA, NULL};
+  /* device arrays need a CUDA buffer; flags must be known */
+  CHECK_RC(mep_ep_notify_dispatch(b, &na), MEP_ERR_INVALID);
+  CHECK_MSG("needs a buffer made with MEP_EP_CUDA");
+  na.flags = 0x8u;
+  CHECK_RC(mep_ep_notify_dispatch(b, &na), MEP_ERR_INVALID);
+  CHECK_MSG("flags 0x8");
+  /* a struct of the size before flags: host arrays, whatever follows */
+  na.struct_size = offsetof(mep_ep_notify_args_t, flags);
   CHECK_RC(mep_ep_notify_dispatch(b, &na), MEP_ERR_INVALID);
   CHECK_MSG("num_bytes must be at least");
   if (mep_comm_rank(comm) == 0) printf("the error: %s\n", mep_last_error());
@@ -413,7 +423,8 @@ static int fault(mep_comm_t *comm, int stall) {
     int32_t ntr[8] = {0}, nte[64] = {0}, rpm[64], pe[8];
     int nrecv;
     mep_ep_notify_args_t na = {sizeof na, 0, 2 * R, 1, 0, ntr, nte, NULL,
-                               512, 2, 0, 3, NULL, 0, &nrecv, pe, rpm, NULL};
+                               512, 2, 0, 3, NULL, 0, &nrecv, pe, rpm, NULL,
+                               0, NULL};
     int32_t *act = mep_ep_normal_active_ranks(b);
     int rc = mep_ep_notify_dispatch(b, &na), others = 0;
     for (int r = 0; r < R; r++) others += r != me && act[r];

@@ -187,13 +187,14 @@ if want ep; then
 fi
 if want normal; then
   # the EP normal mode on the CUDA path: test_ep_normal.py's checks on CUDA
-  # tensors (2, 3 and 4 ranks over the GPUs there are, ranks killed in a
-  # dispatch and in a combine, the layout kernel alone), and over the
-  # proxy (tcp)
+  # tensors (2, 3 and 4 ranks over the GPUs there are, ranks killed in the
+  # count exchange, a dispatch and a combine, the exchange kernel's errors,
+  # the layout kernel alone), and over the proxy (tcp)
   py_normal=(python3 -m pytest -x -q -p no:cacheprovider tests/ep/python/test_ep_normal.py)
-  t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" -k "roundtrip or killed or layout_cuda"
+  t ep-normal-cuda 600 env MEP_TEST_EP_DEVICE=cuda "${py_normal[@]}" \
+    -k "roundtrip or killed or layout_cuda or notify"
   t ep-normal-cuda-tcp 300 env MEP_TEST_EP_DEVICE=cuda MEP_TRANSPORTS=tcp \
-    "${py_normal[@]}" -k "roundtrip and 2 or killed and 3-1"
+    "${py_normal[@]}" -k "roundtrip and 2 or killed and 3-1 or notify and 2"
   if [ "$ngpu" -ge 2 ]; then
     t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --kernels 20 --json "$out/bench-ep-normal.json"
     [ -f "$out/bench-ep-normal.log" ] && cat "$out/bench-ep-normal.log"

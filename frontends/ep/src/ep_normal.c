@@ -13,6 +13,8 @@
  *                 bytes, its num_tokens_per_rank row [R], then the counts
  *                 of this rank's experts [L]
  *   count stage   [R] slots: what this rank sends each rank
+ *   device counts [2][R] slots as counts, for the CUDA path's exchange
+ *                 kernel (the window's counts hold its agreement words)
  *   dispatch recv [2][R][P]: source s's messages, in its token order
  *   combine recv  [2][R][P]: the rows rank r sends back, in the order this
  *                 rank sent r its tokens
@@ -62,6 +64,8 @@ static void layout_head(nlay_t *l, int R) {
   off += 2 * r * l->cw;
   l->cnt_stage = off;
   off += r * l->cw;
+  l->ncnt = off;
+  off += 2 * r * l->cw;
   l->head = al(off, PAGE);
 }
 
@@ -375,33 +379,56 @@ static int agree(mep_ep_normal_t *b, int32_t *active, const char *fn,
   return 0;
 }
 
-/* The largest pair of counts[s][r] * msg over every pair, against P:
- * 0, or MEP_ERR_INVALID naming the num_bytes needed. */
-static int check_pairs(const mep_ep_normal_t *b, const int32_t *counts,
-                       uint64_t msg, const char *fn, const char *what) {
-  int R = b->size, ws = -1, wr = -1;
-  uint64_t worst = 0;
-  for (int s = 0; s < R; s++)
-    for (int r = 0; r < R; r++) {
-      uint64_t v = (uint64_t)(uint32_t)counts[s * R + r] * msg;
-      if (v > worst) worst = v, ws = s, wr = r;
-    }
-  if (worst <= b->lay.pair) return 0;
+/* Pair (s, r) carries n messages of msg bytes: 0 if they fit a pair's
+ * bytes, else MEP_ERR_INVALID naming the num_bytes needed. */
+int mep__epn_pair_error(const mep_ep_normal_t *b, int s, int r, int32_t n,
+                        uint64_t msg, const char *fn, const char *what) {
+  uint64_t v = (uint64_t)(uint32_t)n * msg;
+  if (v <= b->lay.pair) return 0;
   return INVALID("%s: rank %d sends rank %d %d %s of %llu bytes (%llu "
                  "bytes); a buffer of num_bytes %zu carries %llu bytes per "
-                 "pair of ranks: num_bytes must be at least %llu", fn, ws, wr,
-                 counts[ws * R + wr], what, (unsigned long long)msg,
-                 (unsigned long long)worst, b->cfg.num_bytes,
-                 (unsigned long long)b->lay.pair,
-                 (unsigned long long)need_bytes(R, worst));
+                 "pair of ranks: num_bytes must be at least %llu", fn, s, r,
+                 n, what, (unsigned long long)msg, (unsigned long long)v,
+                 b->cfg.num_bytes, (unsigned long long)b->lay.pair,
+                 (unsigned long long)need_bytes(b->size, v));
 }
 
-/* The tokens this rank receives by counts fit the outputs' capacity: 0,
- * or MEP_ERR_INVALID. */
-static int check_capacity(const mep_ep_normal_t *b, const int32_t *counts,
-                          int capacity, const char *fn) {
+/* The largest pair of counts[s][r] * msg over every pair, against P. */
+static int check_pairs(const mep_ep_normal_t *b, const int32_t *counts,
+                       uint64_t msg, const char *fn, const char *what) {
+  int R = b->size, ws = 0, wr = 0;
+  for (int s = 0; s < R; s++)
+    for (int r = 0; r < R; r++)
+      if ((uint32_t)counts[s * R + r] > (uint32_t)counts[ws * R + wr])
+        ws = s, wr = r;
+  return mep__epn_pair_error(b, ws, wr, counts[ws * R + wr], msg, fn, what);
+}
+
+int mep__epn_shape_error(const mep_ep_normal_t *b, int s,
+                         const int32_t shape[3], int E, int dmsg, int cmsg,
+                         const char *fn) {
+  (void)b;
+  return mep_set_error(MEP_ERR_MISMATCH, 0, "%s: rank %d dispatches %d "
+                       "experts with %d-byte messages (combine %d), this "
+                       "rank %d experts with %d-byte messages (combine %d)",
+                       fn, s, shape[0], shape[1], shape[2], E, dmsg, cmsg);
+}
+
+int mep__epn_status_error(const mep_ep_normal_t *b, int s, const char *fn) {
+  return INVALID("%s: rank %d's is_token_in_rank does not agree with its "
+                 "num_tokens_per_rank%s", fn, s,
+                 s == b->rank ? "" : " (see that rank's error)");
+}
+
+/* The tokens this rank receives by counts. */
+static int64_t recv_of(const mep_ep_normal_t *b, const int32_t *counts) {
   int64_t nrecv = 0;
   for (int s = 0; s < b->size; s++) nrecv += counts[s * b->size + b->rank];
+  return nrecv;
+}
+
+/* nrecv tokens fit the outputs' capacity: 0, or MEP_ERR_INVALID. */
+static int check_capacity(int64_t nrecv, int capacity, const char *fn) {
   if (nrecv <= capacity) return 0;
   return INVALID("%s: this rank receives %lld tokens; the outputs have room "
                  "for recv_capacity %d", fn, (long long)nrecv, capacity);
@@ -418,16 +445,18 @@ static int32_t *call_active(mep_ep_normal_t *b, int32_t *a) {
 static int64_t call_timeout(mep_ep_normal_t *b, int64_t t) {
   return t > 0 ? t : b->timeout_us;
 }
+#ifdef MEP_HAVE_CUDA
+static int32_t *call_active_dev(mep_ep_normal_t *b, int32_t *a) {
+  return a ? a : mep__epn_cuda_active(b);
+}
+#endif
 
 /* ------------------------------------------------------------- notify */
 
-static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
-  const char *fn = "mep_ep_notify_dispatch";
-  if (a->struct_size < sizeof(mep_ep_notify_args_t))
-    return INVALID("%s: args->struct_size %zu is less than "
-                   "sizeof(mep_ep_notify_args_t) (%zu)", fn, a->struct_size,
-                   sizeof(mep_ep_notify_args_t));
-  int R = b->size, me = b->rank, N = a->num_tokens, E = a->num_experts;
+/* The checks of a notify's arguments, on either path. */
+static int check_notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a,
+                        const char *fn) {
+  int R = b->size, N = a->num_tokens, E = a->num_experts;
   if (N < 0) return INVALID("%s: num_tokens %d is negative", fn, N);
   if (E < R || E % R)
     return INVALID("%s: num_experts %d is not a positive multiple of the %d "
@@ -458,9 +487,17 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
   NEED(a->rank_prefix_matrix, "rank_prefix_matrix");
   if (a->num_channels > 0) NEED(a->channel_prefix_matrix,
                                 "channel_prefix_matrix");
+  return 0;
+}
+
+/* The count exchange over the host region (the CPU path, and host arrays
+ * on a CUDA buffer). */
+static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
+  const char *fn = "mep_ep_notify_dispatch";
+  int R = b->size, me = b->rank, N = a->num_tokens, E = a->num_experts;
+  int L = E / R;
   int32_t *act = call_active(b, a->active_ranks);
   int64_t tmo = call_timeout(b, a->timeout_us);
-  b->notified = 0; /* a failed notify leaves no counts behind */
   int rc = mep__ep_flush(b->comm, tmo, fn);
   if (rc) return rc;
 
@@ -527,21 +564,14 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
     const int32_t *slot =
         (const int32_t *)(mem + b->lay.cnt + ((uint64_t)half * R + s) * b->lay.cw);
     if (slot[2] != E || slot[3] != dmsg || slot[4] != cmsg)
-      return mep_set_error(MEP_ERR_MISMATCH, 0, "%s: rank %d dispatches %d "
-                           "experts with %d-byte messages (combine %d), this "
-                           "rank %d experts with %d-byte messages (combine "
-                           "%d)", fn, s, slot[2], slot[3], slot[4], E, dmsg,
-                           cmsg);
+      return mep__epn_shape_error(b, s, slot + 2, E, dmsg, cmsg, fn);
     if (slot[0] && bad < 0) bad = s;
     b->src_tokens[s] = slot[1];
     memcpy(counts + (size_t)s * R, slot + CW_HDR, sizeof(int32_t) * (size_t)R);
     for (int l = 0; l < L; l++)
       a->num_recv_tokens_per_expert[l] += slot[CW_HDR + R + l];
   }
-  if (bad >= 0)
-    return INVALID("%s: rank %d's is_token_in_rank does not agree with its "
-                   "num_tokens_per_rank%s", fn, bad,
-                   bad == me ? "" : " (see that rank's error)");
+  if (bad >= 0) return mep__epn_status_error(b, bad, fn);
   uint64_t big = (uint64_t)dmsg > (uint64_t)cmsg ? (uint64_t)dmsg
                                                  : (uint64_t)cmsg;
   rc = check_pairs(b, counts, big, fn, "tokens");
@@ -576,8 +606,29 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
 }
 
 int mep_ep_notify_dispatch(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
-  if (!b || !a)
-    return INVALID("mep_ep_notify_dispatch: %s is NULL", !b ? "buf" : "args");
+  const char *fn = "mep_ep_notify_dispatch";
+  if (!b || !a) return INVALID("%s: %s is NULL", fn, !b ? "buf" : "args");
+  size_t least = offsetof(mep_ep_notify_args_t, flags);
+  if (a->struct_size < least)
+    return INVALID("%s: args->struct_size %zu is less than %zu", fn,
+                   a->struct_size, least);
+  unsigned flags = a->struct_size >= sizeof(mep_ep_notify_args_t) ? a->flags
+                                                                  : 0;
+  if (flags != 0 && flags != MEP_EP_HOST && flags != MEP_EP_CUDA)
+    return INVALID("%s: flags 0x%x must be 0, MEP_EP_HOST or MEP_EP_CUDA",
+                   fn, flags);
+  int rc = check_notify(b, a, fn);
+  if (rc) return rc;
+  b->notified = 0; /* a failed notify leaves no counts behind */
+  if (flags == MEP_EP_CUDA) {
+#ifdef MEP_HAVE_CUDA
+    if (b->cuda)
+      return mep__epn_cuda_notify(b, a, call_active_dev(b, a->active_ranks),
+                                  call_timeout(b, a->timeout_us));
+#endif
+    return INVALID("%s: flags MEP_EP_CUDA (device arrays) needs a buffer "
+                   "made with MEP_EP_CUDA", fn);
+  }
 #ifdef MEP_HAVE_CUDA
   /* a CUDA buffer's own active ranks live on the device, where its
    * kernels clear them; the exchange runs on the host */
@@ -656,9 +707,6 @@ static void unpack_dmsg(const mep_ep_normal_dispatch_args_t *a, int me, int L,
 }
 
 #ifdef MEP_HAVE_CUDA
-static int32_t *call_active_dev(mep_ep_normal_t *b, int32_t *a) {
-  return a ? a : mep__epn_cuda_active(b);
-}
 
 /* The CUDA path's dispatch, after the common checks: the counts the host
  * has (the notify's; a cached matrix is device memory the kernels read)
@@ -673,11 +721,19 @@ static int cuda_dispatch(mep_ep_normal_t *b,
     if (!b->notified)
       return INVALID("%s: no mep_ep_notify_dispatch before this dispatch, "
                      "and no cached_rank_prefix_matrix", fn);
-    counts = b->counts;
     uint64_t dmsg = mep__epn_dmsg_bytes(a->hidden, a->x_elem_size,
                                         a->num_scales, a->num_topk);
-    int rc = check_capacity(b, counts, a->recv_capacity, fn);
-    if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
+    int rc;
+    if (b->notified == 2) { /* the counts are on the device */
+      rc = check_capacity(b->nrecv, a->recv_capacity, fn);
+      if (!rc)
+        rc = mep__epn_pair_error(b, b->worst_s, b->worst_r, b->worst, dmsg,
+                                 fn, "tokens");
+    } else {
+      counts = b->counts;
+      rc = check_capacity(recv_of(b, counts), a->recv_capacity, fn);
+      if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
+    }
     if (rc) return rc;
   }
   b->notified = 0;
@@ -762,7 +818,7 @@ int mep_ep_normal_dispatch(mep_ep_normal_t *b,
                      counts[me * R + r]);
   uint64_t dmsg =
       mep__epn_dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales, K);
-  int rc = check_capacity(b, counts, a->recv_capacity, fn);
+  int rc = check_capacity(recv_of(b, counts), a->recv_capacity, fn);
   if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
   if (rc) return rc;
 

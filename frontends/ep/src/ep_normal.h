@@ -14,14 +14,14 @@
                            * dmsg, cmsg */
 
 /* Offsets of a rank's areas (ep_normal.c's header comment). The CUDA path
- * cuts its device window the same way; it exchanges the counts through the
- * host region (head bytes only) and uses the window's count slots for its
- * agreement words instead. */
+ * cuts its device window the same way; its count exchange (a kernel, or
+ * the host region's head bytes for host arrays) uses ncnt, and the
+ * window's cnt slots hold its agreement and progress words instead. */
 typedef struct mep__epn_lay {
   int R;
   uint64_t cw; /* bytes of one count slot */
-  uint64_t nsig, dsig, csig, cnt, cnt_stage, head; /* head: bytes before the
-                                                    * data areas */
+  uint64_t nsig, dsig, csig, cnt, cnt_stage, ncnt;
+  uint64_t head; /* bytes before the data areas */
   uint64_t pair, drecv, crecv, dstage, cstage, total;
 } mep__epn_lay_t;
 
@@ -37,8 +37,12 @@ struct mep_ep_normal {
   mep_region_t *region;
   int32_t *active;     /* host [R]: the CPU path's, notify's on CUDA */
   uint64_t nseq, dseq, cseq;
-  /* from the last notify, for the dispatch that follows it */
+  /* from the last notify, for the dispatch that follows it: none (0),
+   * counts on the host (1), or on the device (2: the CUDA path's kernel;
+   * the host keeps what the dispatch's checks need) */
   int notified;
+  int nrecv;           /* 2: tokens this rank receives */
+  int worst, worst_s, worst_r; /* 2: the largest pair count, its pair */
   int32_t *counts;     /* [R][R]: tokens source s sends rank r */
   int32_t *src_tokens; /* [R]: num_tokens of each source */
   int32_t *work;       /* [R][R]: a cached dispatch's or a combine's */
@@ -68,6 +72,16 @@ static inline uint64_t mep__epn_cmsg_bytes(int hidden, int k) {
   return mep__epn_al(2 * (uint64_t)hidden + 4 * (uint64_t)k, 16);
 }
 
+/* The errors of a count exchange, on either path (MEP_ERR_INVALID, or
+ * MEP_ERR_MISMATCH for another rank's message shape; pair_error: 0 when
+ * n messages of msg bytes fit a pair's bytes). */
+int mep__epn_pair_error(const mep_ep_normal_t *b, int s, int r, int32_t n,
+                        uint64_t msg, const char *fn, const char *what);
+int mep__epn_shape_error(const mep_ep_normal_t *b, int s,
+                         const int32_t shape[3], int E, int dmsg, int cmsg,
+                         const char *fn);
+int mep__epn_status_error(const mep_ep_normal_t *b, int s, const char *fn);
+
 #ifdef MEP_HAVE_CUDA
 /* The CUDA path (cuda/ep_normal_cuda.c). create: collective, after the
  * host part of b is made; makes b->cuda (the device window of
@@ -83,8 +97,14 @@ int32_t *mep__epn_cuda_active(mep_ep_normal_t *b);
 /* Copies the device active ranks to host (to_host 1) or back (0),
  * synchronously. */
 int mep__epn_cuda_sync_active(mep_ep_normal_t *b, int32_t *host, int to_host);
-/* host_counts: the notify's [R][R] counts, or NULL for a cached dispatch
- * (args->cached_rank_prefix_matrix, device memory, gives them). */
+/* mep_ep_notify_dispatch with device arrays (args checked): queues the
+ * exchange on args->stream, waits for what the host needs and fills b's
+ * notify fields (notified 2). */
+int mep__epn_cuda_notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a,
+                         int32_t *active, int64_t timeout_us);
+/* host_counts: the host notify's [R][R] counts, or NULL: a cached
+ * dispatch's (args->cached_rank_prefix_matrix, device memory), else the
+ * device notify's. */
 int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
                            const mep_ep_normal_dispatch_args_t *a,
                            const int32_t *host_counts, int32_t *active,

@@ -417,6 +417,59 @@ def test_layout_cuda(n, experts, ranks, rph, topk):
 
 
 TIMEOUT_US = 1_000_000
+def notify_errors(ctx):
+    """The count exchange's errors, alike on every rank (on CUDA they come
+    from its kernel): a buffer too small (the size named works), a rank
+    whose is_token_in_rank disagrees with its num_tokens_per_rank, a rank
+    with another hidden; after each, the next dispatch works."""
+    mep_ep = eptest.init(ctx)
+    Buffer = mep_ep.Buffer
+    R, rank = ctx.world, ctx.rank
+    dev = dev_of(rank)
+    n, H = 8, 128
+    idx = torch.zeros((n, 1), dtype=torch.int64, device=dev)  # all to rank 0
+    w = torch.ones((n, 1), device=dev)
+    x = (torch.ones((n, H), dtype=torch.bfloat16) * rank).to(dev)
+    buf = Buffer(None, Buffer.get_normal_buffer_size_hint(2, H, R, 1), 0)
+    ntr, _, nte, itr, _ = buf.get_dispatch_layout(idx, R)
+    args = dict(num_tokens_per_rank=ntr, is_token_in_rank=itr,
+                num_tokens_per_expert=nte, topk_idx=idx, topk_weights=w)
+    with pytest.raises(ValueError, match="num_bytes must be at least") as e:
+        buf.dispatch(x, **args)
+    assert f"rank 0 sends rank 0 {n} tokens" in str(e.value), str(e.value)
+    need = int(str(e.value).split("at least ")[1].split()[0].rstrip(".,;"))
+    buf.destroy()
+    buf = Buffer(None, need, 0)
+
+    def works():
+        recv, _, _, counts, _, _ = buf.dispatch(x, **args)
+        got = npy(recv.float()) if recv.shape[0] else np.zeros((0, H), np.float32)
+        want = np.repeat(np.arange(R, dtype=np.float32), n)[:, None] * np.ones(H) \
+            if rank == 0 else np.zeros((0, H))
+        assert np.array_equal(got, want)
+        assert counts == [n * R if rank == 0 else 0]
+    works()
+    bad = ntr.clone()
+    if rank == 1:
+        bad[0] += 1
+    with pytest.raises(ValueError, match="rank 1's is_token_in_rank does not agree"):
+        buf.dispatch(x, **dict(args, num_tokens_per_rank=bad))
+    works()
+    wide = torch.ones((n, 2 * H), dtype=torch.bfloat16, device=dev) if rank == R - 1 else x
+    other = 0 if rank == R - 1 else R - 1
+    with pytest.raises(mep_ep._c.MepError,
+                       match=rf"rank {other} dispatches {R} experts with \d+-byte"):
+        buf.dispatch(wide, **args)
+    works()
+    buf.destroy()
+    return "ok"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_notify_errors(world):
+    run_ranks(notify_errors, world, timeout_s=120)
+
+
 MARGIN_S = 4.0
 
 
@@ -450,6 +503,8 @@ def killed_member(ctx, victim, when="dispatch"):
     dist.barrier()
     if rank == victim and when == "dispatch":
         buf._lib.ep_normal_dispatch = _die
+    if rank == victim and when == "notify":
+        buf._lib.ep_notify_dispatch = _die
     t0 = time.monotonic()
     recv, ridx, rw, counts, handle, _ = buf.dispatch(
         x, num_tokens_per_rank=ntr, is_token_in_rank=itr, num_tokens_per_expert=nte,
@@ -458,13 +513,15 @@ def killed_member(ctx, victim, when="dispatch"):
         torch.cuda.synchronize()
     took = time.monotonic() - t0
     act = buf.active_ranks
-    lost = when == "dispatch"
+    lost = when != "combine"
     assert act.tolist() == [0 if r == victim and lost else 1 for r in range(R)], act
     assert took <= TIMEOUT_US / 1e6 + MARGIN_S, f"dispatch took {took:.2f} s"
     rpm, _, _, src_idx, _, _ = handle
     if lost:  # the victim's counts arrived, its rows did not: zero, src_idx -1
         lo = int(rpm[victim - 1, rank]) if victim else 0
         hi = int(rpm[victim, rank])
+        if when == "notify":  # nor did its counts: it sends nothing
+            assert lo == hi, (lo, hi)
         assert bool((src_idx[lo:hi] == -1).all()) and bool((ridx[lo:hi] == -1).all())
         assert bool((recv[lo:hi] == 0).all())
     start = 0
@@ -502,6 +559,14 @@ def test_killed_mid_dispatch(world, victim):
     ranks = Ranks(killed_member, world, (victim,), timeout_s=120)
     got = ranks.wait(expect_dead=(victim,))
     print("dispatch with a rank killed mid-call took",
+          [f"{got[r]:.2f} s" for r in sorted(got)])
+
+
+@pytest.mark.parametrize("world,victim", [(3, 1), (2, 0)])
+def test_killed_in_count_exchange(world, victim):
+    ranks = Ranks(killed_member, world, (victim, "notify"), timeout_s=120)
+    got = ranks.wait(expect_dead=(victim,))
+    print("dispatch with a rank killed before its count exchange took",
           [f"{got[r]:.2f} s" for r in sorted(got)])
 
 

@@ -217,10 +217,13 @@ MEP_API int mep_ep_combine(mep_ep_buffer_t *buf,
  * outputs and active_ranks) are device memory, send_head is required (the
  * kernels place tokens by it), and a combine's num_recv_tokens is the rows
  * of x (>= the rows received: the kernels read the count from
- * rank_prefix_matrix). The count exchange stays on the host:
- * mep_ep_notify_dispatch takes host arrays, as on the CPU path, and with
- * active_ranks NULL it reads and writes back the buffer's device ones
- * (mep_ep_normal_active_ranks), synchronously. The kernels' agreement on
+ * rank_prefix_matrix). mep_ep_notify_dispatch with args->flags
+ * MEP_EP_CUDA runs the count exchange in a kernel on args->stream over the
+ * same window (its arrays are device memory but for the two host outputs
+ * it waits for); with host arrays (flags 0) it runs on the host, as on the
+ * CPU path, and with active_ranks NULL it reads and writes back the
+ * buffer's device ones (mep_ep_normal_active_ranks), synchronously. The
+ * kernels' agreement on
  * lost ranks is one round of words (docs/ep.md, "The CUDA path"): a rank
  * that dies during that round itself may be kept by some survivors for
  * that call; every later call drops it everywhere. A rank the others
@@ -325,7 +328,17 @@ MEP_API int mep_ep_get_dispatch_layout(const mep_ep_layout_args_t *args);
  * num_channels) tokens). The counts are kept in the buffer for the next
  * mep_ep_normal_dispatch, which must follow before the next notify.
  * Fails alike on every rank (MEP_ERR_INVALID, naming the num_bytes
- * needed) when some pair would exceed the buffer. */
+ * needed) when some pair would exceed the buffer.
+ * flags MEP_EP_CUDA (a MEP_EP_CUDA buffer only): num_tokens_per_rank,
+ * num_tokens_per_expert, is_token_in_rank, active_ranks and the two
+ * matrices are device memory; num_recv_tokens and
+ * num_recv_tokens_per_expert stay host memory. The exchange is one kernel
+ * queued on `stream` (a cudaStream_t) after the work before it there (the
+ * layout kernel, say); the call blocks until the kernel has published
+ * those two outputs (as DeepEP's notify does), at most twice the timeout
+ * plus 10 s, else MEP_ERR_TIMEOUT. The matrices are written in stream
+ * order. Errors of a peer's inputs are reported as on the host path.
+ * Structs of the size before `flags` are taken as flags 0. */
 typedef struct mep_ep_notify_args {
   size_t struct_size; /* sizeof(mep_ep_notify_args_t) */
   int num_tokens, num_experts, expert_alignment, num_channels;
@@ -341,6 +354,8 @@ typedef struct mep_ep_notify_args {
   int32_t *num_recv_tokens_per_expert; /* out [L] */
   int32_t *rank_prefix_matrix;         /* out [R, R] */
   int32_t *channel_prefix_matrix;      /* out [R, num_channels] or NULL */
+  unsigned flags;                      /* 0 (host arrays) or MEP_EP_CUDA */
+  void *stream;                        /* MEP_EP_CUDA: cudaStream_t */
 } mep_ep_notify_args_t;
 MEP_API int mep_ep_notify_dispatch(mep_ep_normal_t *buf,
                                    const mep_ep_notify_args_t *args);

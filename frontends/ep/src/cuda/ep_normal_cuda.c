@@ -1,11 +1,13 @@
 /* ep_normal_cuda.c - the normal mode's CUDA path, host side: the device
  * window cut as ep_normal.c cuts host memory, the kernels' state, and the
- * launches of dispatch and combine (kernels in ep_normal_dispatch.cu and
- * ep_normal_combine.cu). A call fills kernel arguments and queues work on
- * its stream; only a non-cached dispatch copies the notify's counts to
- * the device first (stream-ordered, from pageable memory the copy has
- * taken when it returns). */
+ * launches of the count exchange, dispatch and combine (kernels in
+ * ep_normal_notify.cu, ep_normal_dispatch.cu and ep_normal_combine.cu).
+ * A call fills kernel arguments and queues work on its stream; the count
+ * exchange then waits for the two numbers the host needs. A dispatch after
+ * a host exchange copies its counts to the device first (stream-ordered,
+ * from pageable memory the copy has taken when it returns). */
 #include <cuda_runtime_api.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "ep_cuda.h"
 #include "ep_normal.h"
 #include "ep_normal_k.h"
+#include "ep_util.h"
 
 struct mep__epn_cuda {
   mep_devwin_t *win;
@@ -26,6 +29,9 @@ struct mep__epn_cuda {
   int32_t *rpm;              /* [R][R] + [R] source tokens: a non-cached
                               * dispatch's counts */
   int32_t *host;             /* pageable [R][R] + [R]: their staging */
+  mep__epn_nres_t *res;      /* mapped: the count exchange's results */
+  mep__epn_nres_t *res_dev;  /* their device address */
+  uint64_t nseq;             /* count exchanges queued */
 };
 
 static int fail(mep_ep_normal_t *b, int code, cudaError_t e,
@@ -61,6 +67,13 @@ int mep__epn_cuda_create(mep_ep_normal_t *b) {
     return mep_set_error(MEP_ERR_NOMEM, 0, "mep_ep_normal_create: no memory");
   if ((e = cudaMalloc(&cu->mem, bytes)) != cudaSuccess)
     return fail(b, MEP_ERR_NOMEM, e, "allocating the kernels' state");
+  if ((e = cudaHostAlloc((void **)&cu->res, sizeof *cu->res,
+                         cudaHostAllocMapped)) != cudaSuccess ||
+      (e = cudaHostGetDevicePointer((void **)&cu->res_dev, cu->res, 0)) !=
+          cudaSuccess)
+    return fail(b, MEP_ERR_NOMEM, e, "allocating the count exchange's "
+                "mapped results");
+  memset(cu->res, 0, sizeof *cu->res);
   uint8_t *m = cu->mem;
   cu->st = (mep__epn_state_t *)m;
   cu->active = (int32_t *)(m + o_act);
@@ -89,6 +102,7 @@ void mep__epn_cuda_destroy(mep_ep_normal_t *b) {
   mep__ep_devwin_leave(b->comm, cu->win, "mep_ep_normal_destroy", b->rank);
   if (cu->win) mep_devwin_destroy(cu->win);
   if (cu->mem) cudaFree(cu->mem);
+  if (cu->res) cudaFreeHost(cu->res);
   free(cu->host);
   free(cu);
   b->cuda = NULL;
@@ -147,9 +161,9 @@ static void fill_common(mep_ep_normal_t *b, int32_t *active,
   k->csig = l->csig;
   k->agree = l->cnt;
   k->agree_slot = l->cw;
-  /* after the agreement words of dispatch and combine (epn_agree); the
-   * combine's phase words at the slot's end */
-  k->prog = 16 * (((uint64_t)b->size + 31) / 32);
+  /* after the agreement words of dispatch, combine and the count exchange
+   * (epn_agree); the combine's phase words at the slot's end */
+  k->prog = 24 * (((uint64_t)b->size + 31) / 32);
   k->cprog = (l->cw - 8 * MEP__EPN_CPHASES) & ~(uint64_t)7;
 }
 
@@ -185,6 +199,88 @@ static int recv_sms(const mep_ep_normal_t *b, int channels, int send) {
 
 static int launched(mep_ep_normal_t *b, int err, const char *what) {
   return err ? fail(b, MEP_ERR_SYSTEM, (cudaError_t)err, what) : 0;
+}
+
+/* Waits until the exchange's kernel has published call seq's results:
+ * 0, or MEP_ERR_TIMEOUT past deadline_us. Spins first (the kernel is
+ * usually microseconds away), then yields the core. */
+static int wait_results(mep_ep_normal_t *b, uint64_t seq,
+                        uint64_t deadline_us) {
+  const volatile uint64_t *p = &b->cuda->res->seq;
+  for (unsigned n = 0;; n++) {
+    if (__atomic_load_n(p, __ATOMIC_ACQUIRE) >= seq) return 0;
+    if ((n & 1023) == 1023) {
+      if (mep__ep_now_us() > deadline_us)
+        return mep_set_error(MEP_ERR_TIMEOUT, 0, "mep_ep_notify_dispatch "
+                             "on rank %d: the count exchange's kernel did "
+                             "not finish in time (the stream is blocked, or "
+                             "the GPU is)", b->rank);
+      if (n > (1u << 20)) sched_yield();
+    }
+  }
+}
+
+int mep__epn_cuda_notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a,
+                         int32_t *active, int64_t timeout_us) {
+  const char *fn = "mep_ep_notify_dispatch";
+  struct mep__epn_cuda *cu = b->cuda;
+  const aligned_t al[] = {{"num_tokens_per_rank", a->num_tokens_per_rank, 4},
+            {"num_tokens_per_expert", a->num_tokens_per_expert, 4},
+            {"rank_prefix_matrix", a->rank_prefix_matrix, 4},
+            {"channel_prefix_matrix", a->channel_prefix_matrix, 4},
+            {"active_ranks", active, 4}};
+  int rc = check_aligned(fn, al, sizeof al / sizeof al[0]);
+  if (rc) return rc;
+  mep__epn_k_t k;
+  fill_common(b, active, timeout_us, &k);
+  k.num_tokens = a->num_tokens;
+  k.in_rank = a->is_token_in_rank;
+  k.L = a->num_experts / b->size;
+  k.C = a->num_channels;
+  k.E = a->num_experts;
+  k.align = a->expert_alignment;
+  k.dmsg = mep__epn_dmsg_bytes(a->hidden, a->x_elem_size, a->num_scales,
+                               a->num_topk);
+  k.cmsg = mep__epn_cmsg_bytes(a->hidden, a->num_topk);
+  k.per_rank = a->num_tokens_per_rank;
+  k.per_expert = a->num_tokens_per_expert;
+  k.rpm_out = a->rank_prefix_matrix;
+  k.cpm_out = a->channel_prefix_matrix;
+  k.counts = cu->rpm;
+  k.res = cu->res_dev;
+  k.nsig = b->lay.nsig;
+  k.ncnt = b->lay.ncnt;
+  k.cnt_stage = b->lay.cnt_stage;
+  k.slot = b->lay.cw;
+  rc = launched(b, mep__epn_launch_notify(&k, a->stream),
+                "mep_ep_notify_dispatch: launching the kernel");
+  if (rc) return rc;
+  uint64_t seq = ++cu->nseq;
+  /* the kernel waits for its sources, then for the agreement, each
+   * under the timeout; the margin covers the work queued before it. A
+   * timeout of 2^40 us (12 days) is as good as none and cannot overflow */
+  uint64_t t = timeout_us < ((int64_t)1 << 40) ? (uint64_t)timeout_us
+                                               : (uint64_t)1 << 40;
+  rc = wait_results(b, seq, mep__ep_now_us() + 2 * t + 10000000u);
+  if (rc) return rc;
+  const mep__epn_nres_t *res = cu->res;
+  if (res->other >= 0)
+    return mep__epn_shape_error(b, res->other, res->shape, (int)k.E,
+                                (int)k.dmsg, (int)k.cmsg, fn);
+  if (res->bad >= 0) return mep__epn_status_error(b, res->bad, fn);
+  uint64_t big = k.dmsg > k.cmsg ? k.dmsg : k.cmsg;
+  rc = mep__epn_pair_error(b, res->worst_s, res->worst_r, res->worst, big,
+                           fn, "tokens");
+  if (rc) return rc;
+  *a->num_recv_tokens = res->nrecv;
+  memcpy(a->num_recv_tokens_per_expert, res->per_expert,
+         sizeof(int32_t) * (size_t)k.L);
+  b->nrecv = res->nrecv;
+  b->worst = res->worst;
+  b->worst_s = res->worst_s;
+  b->worst_r = res->worst_r;
+  b->notified = 2;
+  return 0;
 }
 
 int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
@@ -229,8 +325,13 @@ int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
     k.src_tokens = cu->rpm + (size_t)R * R;
     k.rcpm = a->recv_channel_prefix_matrix;
     k.C = a->num_channels;
-  } else {
+  } else if (a->cached_rank_prefix_matrix) {
     k.rpm = a->cached_rank_prefix_matrix;
+  } else { /* the exchange's kernel left them in cu->rpm */
+    k.rpm = cu->rpm;
+    k.src_tokens = cu->rpm + (size_t)R * R;
+    k.rcpm = a->recv_channel_prefix_matrix;
+    k.C = a->num_channels;
   }
   k.num_tokens = a->num_tokens;
   k.x = a->x;

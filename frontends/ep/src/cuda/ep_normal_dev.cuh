@@ -1,7 +1,7 @@
 /* ep_normal_dev.cuh - device steps the normal mode's kernels share: the
- * counts from rank_prefix_matrix, where a received row comes from, the
- * wait for every source followed by the agreement round, the call's
- * number and its end. */
+ * counts from rank_prefix_matrix, where a received row comes from, a
+ * block's sum, the wait for every source followed by the agreement round,
+ * the call's number and its end. */
 #ifndef MEP_EP_NORMAL_DEV_CUH
 #define MEP_EP_NORMAL_DEV_CUH
 
@@ -32,6 +32,19 @@ __device__ __forceinline__ int epn_row_source(const int32_t *rpm, int R,
   }
   *i = j - epn_before(rpm, R, lo, me);
   return lo;
+}
+
+/* The sum of v over the block, in every thread (red: 32 ints of shared
+ * memory the block may reuse after a __syncthreads). */
+__device__ __forceinline__ int epn_block_sum(int v, int *red) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+  if (lane == 0) red[wid] = v;
+  __syncthreads();
+  v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  return v;
 }
 
 __device__ __forceinline__ uint32_t epn_ld32_cg(const void *p) {

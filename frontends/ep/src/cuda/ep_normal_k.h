@@ -3,11 +3,13 @@
  * ep_normal_combine.cu). Plain C and CUDA.
  *
  * The window is cut as the CPU path's memory (ep_normal.c): per-source
- * receive areas in two halves, stages for the proxy, the dispatch and
- * combine signal words. The count exchange stays on the host, so the
+ * receive areas in two halves, stages for the proxy, the signal words of
+ * the count exchange, dispatch and combine. The exchange's kernel
+ * (ep_normal_notify.cu) puts a source's counts in the ncnt slots, so the
  * window's count slots hold the agreement words instead: slot (half, s)
  * holds rank s's view of the active ranks after its waits, W = ceil(R /
- * 32) words for dispatch then W for combine, each (seq << 32) | 32 bits.
+ * 32) words each for dispatch, combine and the count exchange, each
+ * (seq << 32) | 32 bits.
  * After them, at `prog` in the slot, the dispatch's progress words for a
  * mapped source: (seq << 32) | its number of send blocks, then per block
  * (seq << 32) | its first place in this rank's area and (seq << 32) |
@@ -24,6 +26,7 @@
 
 #include "ep_cuda.h"
 #include "mep/device.h"
+#include "mep/ep.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,7 +48,24 @@ typedef struct mep__epn_state {
   unsigned int clost[MEP__EPN_MAX_RANKS / 32]; /* the same in combine's */
   unsigned int cphase[MEP__EPN_CPHASES]; /* combine's send blocks done with
                                           * each phase (the last resets) */
+  uint64_t nseq;       /* count exchanges completed */
+  unsigned int ndone;  /* its blocks finished (last-block pattern) */
+  unsigned int nbad;   /* some column of is_token_in_rank disagrees with
+                        * num_tokens_per_rank (the last block resets) */
 } mep__epn_state_t;
+
+/* What the count exchange's kernel publishes for the host, in mapped host
+ * memory: seq last, after the rest. */
+typedef struct mep__epn_nres {
+  uint64_t seq;       /* the exchange these fields are of */
+  int32_t nrecv;      /* tokens this rank receives */
+  int32_t bad;        /* the first source whose is_token_in_rank disagrees
+                       * with its num_tokens_per_rank, or -1 */
+  int32_t other;      /* the first source of another message shape, or -1 */
+  int32_t shape[3];   /* its num_experts, dispatch and combine bytes */
+  int32_t worst, worst_s, worst_r; /* the largest pair count and its pair */
+  int32_t per_expert[MEP_EP_MAX_LOCAL_EXPERTS]; /* rounded up */
+} mep__epn_nres_t;
 
 typedef struct mep__epn_k {
   const mep_dev_win_t *win;  /* device */
@@ -90,6 +110,15 @@ typedef struct mep__epn_k {
   uint16_t *out;
   float *out_w;
   uint64_t cmsg;
+  /* the count exchange (in_rank, num_tokens, L, C, dmsg and cmsg too) */
+  const int32_t *per_rank;   /* [R] */
+  const int32_t *per_expert; /* [L * R] */
+  int32_t *rpm_out, *cpm_out; /* [R][R], [R][C] (NULL: not wanted) */
+  int32_t *counts;           /* [R][R] + [R]: rank_prefix_matrix and the
+                              * sources' num_tokens, for the dispatch */
+  mep__epn_nres_t *res;      /* mapped host memory, its device address */
+  uint64_t nsig, ncnt, cnt_stage, slot; /* slot: bytes of a count slot */
+  int E, align;
 } mep__epn_k_t;
 
 /* mep_ep_get_dispatch_layout on device memory (ep_normal_layout.cu). */
@@ -105,6 +134,7 @@ int mep__epn_launch_layout(const mep__epn_layout_k_t *k, void *stream);
 
 /* Queue the kernels of an operation on `stream`; cudaGetLastError()'s
  * code (0: queued). */
+int mep__epn_launch_notify(const mep__epn_k_t *k, void *stream);
 int mep__epn_launch_dispatch(const mep__epn_k_t *k, void *stream);
 int mep__epn_launch_combine(const mep__epn_k_t *k, void *stream);
 

@@ -7,8 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
-#include "ep_dev.cuh"
-#include "ep_normal_k.h"
+#include "ep_normal_dev.cuh"
 
 namespace mep {
 namespace ep {
@@ -16,19 +15,6 @@ namespace {
 
 #define EPN_LAYOUT_THREADS 256
 #define EPN_LAYOUT_PER_BLOCK 8 /* experts, ranks or hosts a block counts */
-
-/* The sum of v over the block, in every thread (red: 32 ints of shared
- * memory the block may reuse after a __syncthreads). */
-__device__ __forceinline__ int block_sum(int v, int *red) {
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-  if (lane == 0) red[wid] = v;
-  __syncthreads();
-  v = lane < (int)(blockDim.x >> 5) ? red[lane] : 0;
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  return v;
-}
 
 /* Blocks [0, be): experts; [be, be + br): ranks; then hosts. A token
  * counts once per rank and once per host it reaches; an index outside
@@ -69,7 +55,7 @@ __global__ void __launch_bounds__(EPN_LAYOUT_THREADS)
   int *out = kind == 0 ? k.per_expert : kind == 1 ? k.per_rank : k.per_host;
 #pragma unroll
   for (int i = 0; i < P; i++) {
-    const int s = block_sum(cnt[i], red);
+    const int s = epn_block_sum(cnt[i], red);
     if (threadIdx.x == 0 && lo + i < hi) out[lo + i] = s;
   }
 }

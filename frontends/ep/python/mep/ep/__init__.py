@@ -677,8 +677,9 @@ class Buffer:
         num_worst_tokens > 0: the outputs have that many rows (recv_topk_idx
         -1 past the received) and the list is empty. mep's keywords
         active_ranks and timeout_us as for the low-latency calls. On CUDA a
-        non-cached dispatch waits for the count exchange on the host (as
-        DeepEP's does); a cached one only queues kernels."""
+        non-cached dispatch waits for its count exchange (a kernel)
+        to say how many tokens arrive (as DeepEP's does); a cached one only
+        queues kernels."""
         xv, scales, es, nscales = self._split_x(x)
         dev = self._normal_device(xv, "dispatch")
         cuda = dev.type == "cuda"
@@ -742,39 +743,37 @@ class Buffer:
             local = experts // size
             nrecv_c = ctypes.c_int(-1)
             per_expert = torch.empty(local, dtype=torch.int32, device="cpu")
-            rpm = torch.empty((size, size), dtype=torch.int32, device="cpu")
-            cpm = torch.empty((size, channels), dtype=torch.int32, device="cpu")
-            # the count exchange runs on the host (.cpu() of a CPU tensor
-            # is the tensor itself)
-            act_h, in_rank_h = act.cpu(), in_rank.cpu()
-            per_rank_h, per_expert_in = num_tokens_per_rank.cpu(), num_tokens_per_expert.cpu()
+            rpm = torch.empty((size, size), dtype=torch.int32, device=dev)
+            cpm = torch.empty((size, channels), dtype=torch.int32, device=dev)
+            # before the exchange, whose wait leaves the GPU idle until
+            # the dispatch is queued: what does not depend on its counts
+            rcpm = torch.empty((size, channels), dtype=torch.int32, device=dev)
+            send_head = torch.empty((n, size), dtype=torch.int32, device=dev)
+            # on CUDA the count exchange is a kernel on the call's stream,
+            # which the call waits for: the two host outputs size the rest
             nargs = _c.NotifyArgs(
                 struct_size=ctypes.sizeof(_c.NotifyArgs), num_tokens=n, num_experts=experts,
                 expert_alignment=expert_alignment, num_channels=channels,
-                num_tokens_per_rank=per_rank_h.data_ptr(),
-                num_tokens_per_expert=per_expert_in.data_ptr(),
-                is_token_in_rank=self._ptr(in_rank_h), hidden=hidden, x_elem_size=es,
-                num_scales=nscales, num_topk=k, active_ranks=act_h.data_ptr(), timeout_us=tmo,
+                num_tokens_per_rank=num_tokens_per_rank.data_ptr(),
+                num_tokens_per_expert=num_tokens_per_expert.data_ptr(),
+                is_token_in_rank=self._ptr(in_rank), hidden=hidden, x_elem_size=es,
+                num_scales=nscales, num_topk=k, active_ranks=act_ptr, timeout_us=tmo,
                 num_recv_tokens=ctypes.addressof(nrecv_c),
                 num_recv_tokens_per_expert=per_expert.data_ptr(),
-                rank_prefix_matrix=rpm.data_ptr(),
-                channel_prefix_matrix=self._ptr(cpm))
-            rc = self._lib.ep_notify_dispatch(buf, ctypes.byref(nargs))
-            if cuda:
-                act.copy_(act_h)
+                rank_prefix_matrix=rpm.data_ptr(), channel_prefix_matrix=self._ptr(cpm),
+                flags=_c.CUDA if cuda else 0, stream=self._stream(dev))
+            with torch.cuda.device(dev) if cuda else contextlib.nullcontext():
+                rc = self._lib.ep_notify_dispatch(buf, ctypes.byref(nargs))
             if rc == -1:  # the inputs or the buffer size: the same on every rank
                 raise ValueError(f"mep: {what}: " + (self._lib.last_error() or b"")
                                  .decode(errors="replace"))
             _c.check(rc, what)
-            rpm, cpm = rpm.to(dev), cpm.to(dev)
             nrecv = nrecv_c.value
             if num_worst_tokens and num_worst_tokens < nrecv:
                 raise ValueError(f"this rank receives {nrecv} tokens, more than "
                                  f"num_worst_tokens ({num_worst_tokens})")
             capacity = num_worst_tokens or nrecv
             src_idx = torch.empty(capacity, dtype=torch.int32, device=dev)
-            rcpm = torch.empty((size, channels), dtype=torch.int32, device=dev)
-            send_head = torch.empty((n, size), dtype=torch.int32, device=dev)
         recv_x = torch.empty((capacity, hidden), dtype=xv.dtype, device=dev)
         recv_scales = (torch.empty((capacity, nscales), dtype=scales.dtype, device=dev)
                        if scales is not None else None)

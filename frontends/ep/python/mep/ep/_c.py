@@ -96,7 +96,7 @@ class NotifyArgs(ctypes.Structure):
                 ("num_scales", _i), ("num_topk", _i), ("active_ranks", _vp),
                 ("timeout_us", _i64), ("num_recv_tokens", _vp),
                 ("num_recv_tokens_per_expert", _vp), ("rank_prefix_matrix", _vp),
-                ("channel_prefix_matrix", _vp)]
+                ("channel_prefix_matrix", _vp), ("flags", ctypes.c_uint), ("stream", _vp)]
 
 
 class NormalDispatchArgs(ctypes.Structure):
