@@ -213,6 +213,10 @@ typedef struct op {
   int *last_step;    /* per sender: its last step and chunk to this rank */
   size_t *last_chunk;
   int nact, first, last; /* active ranks, lowest and highest */
+  /* Reduce mode: the first contribution to the running chunk, kept until
+   * the second comes so that both enter the accumulator in one pass (a
+   * peer's stays unconsumed until then); NULL: none held. */
+  const uint8_t *pend;
   int step, started;
   size_t sj, rj;   /* send and receive cursors: chunk index ... */
   int sk, rs;      /* ... and peer */
@@ -504,30 +508,44 @@ static int recv_copy(mep_req_t *req, int s, size_t j) {
 }
 
 /* Reduce mode: contribution of s to chunk j, in rank order over the
- * attempt's active ranks. */
+ * attempt's active ranks. The first is held (o->pend) and enters with the
+ * second; the last leaves with the store: with two ranks one pass makes
+ * the output from both, with no accumulator. */
 static int recv_reduce(mep_req_t *req, int s, size_t j) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
-  size_t len = chunk_len(c, st->rlen, j), n = len / mep_dtype_size(o->plan.dtype);
+  mep_dtype_t dt = o->plan.dtype;
+  mep_op_t op = o->plan.op;
+  size_t len = chunk_len(c, st->rlen, j), n = len / mep_dtype_size(dt);
+  uint8_t *out = st->rout + j * c->chunk;
   const uint8_t *src = st->rself + j * c->chunk;
   if (s != comm->rank) {
     int rc = chunk_from(req, s, j, st->rlen, &src);
     if (rc <= 0) return rc;
   }
-  if (s == o->first)
-    mep__acc_load(o->plan.dtype, c->acc, src, n);
-  else
-    mep__acc_combine(o->plan.dtype, o->plan.op, c->acc, src, n);
-  if (s != comm->rank) {
-    int rc = consume(req, s, j);
-    if (rc) return rc;
+  if (s == o->first && s != o->last) {
+    o->pend = src;
+    return 1;
   }
-  if (s == o->last)
-    mep__acc_store(o->plan.dtype, o->plan.op, c->acc,
-                   st->rout + j * c->chunk, n, o->nact);
-  return 1;
+  if (s == o->first) { /* the only contribution */
+    mep__acc_load(dt, c->acc, src, n);
+    mep__acc_store(dt, op, c->acc, out, n, o->nact);
+  } else if (o->pend && s == o->last) {
+    mep__reduce_pair(dt, op, out, o->pend, src, n, o->nact);
+  } else if (o->pend) {
+    mep__acc_load_pair(dt, op, c->acc, o->pend, src, n);
+  } else if (s == o->last) {
+    mep__acc_combine_store(dt, op, c->acc, src, out, n, o->nact);
+  } else {
+    mep__acc_combine(dt, op, c->acc, src, n);
+  }
+  int rc = 0;
+  if (o->pend && o->first != comm->rank) rc = consume(req, o->first, j);
+  o->pend = NULL;
+  if (!rc && s != comm->rank) rc = consume(req, s, j);
+  return rc ? rc : 1;
 }
 
 /* Whether this rank combines contributions in the step; other ranks of a
@@ -545,6 +563,7 @@ static void start_step(mep_req_t *req) {
   o->sj = o->rj = 0;
   o->sk = 1;
   o->rs = 0;
+  o->pend = NULL;
   o->smax = o->rmax = 0;
   for (int p = 0; p < comm->size; p++) {
     if (p != me && st->send_to[p] && nchunks(c, st->sbytes[p]) > o->smax)

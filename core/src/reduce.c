@@ -372,3 +372,47 @@ void mep__acc_store(mep_dtype_t dt, mep_op_t op, const void *acc, void *dst,
   default: return;
   }
 }
+
+/* Elements of a block the fused steps below run through at a time: the
+ * accumulator's part (at most 8 KiB) stays in L1 between the steps, so
+ * memory sees each operand once instead of once per step. */
+#define FUSE_BYTES 8192
+
+static size_t fuse_block(mep_dtype_t dt) {
+  return FUSE_BYTES / mep__acc_size(dt);
+}
+
+void mep__acc_load_pair(mep_dtype_t dt, mep_op_t op, void *acc, const void *a,
+                        const void *b, size_t n) {
+  size_t B = fuse_block(dt), ds = mep_dtype_size(dt), as = mep__acc_size(dt);
+  for (size_t i = 0; i < n; i += B) {
+    size_t m = n - i < B ? n - i : B;
+    byte_t *acc_i = (byte_t *)acc + i * as;
+    mep__acc_load(dt, acc_i, (const byte_t *)a + i * ds, m);
+    mep__acc_combine(dt, op, acc_i, (const byte_t *)b + i * ds, m);
+  }
+}
+
+void mep__acc_combine_store(mep_dtype_t dt, mep_op_t op, void *acc,
+                            const void *src, void *dst, size_t n,
+                            int nranks) {
+  size_t B = fuse_block(dt), ds = mep_dtype_size(dt), as = mep__acc_size(dt);
+  for (size_t i = 0; i < n; i += B) {
+    size_t m = n - i < B ? n - i : B;
+    byte_t *acc_i = (byte_t *)acc + i * as;
+    mep__acc_combine(dt, op, acc_i, (const byte_t *)src + i * ds, m);
+    mep__acc_store(dt, op, acc_i, (byte_t *)dst + i * ds, m, nranks);
+  }
+}
+
+void mep__reduce_pair(mep_dtype_t dt, mep_op_t op, void *dst, const void *a,
+                      const void *b, size_t n, int nranks) {
+  _Alignas(64) byte_t blk[FUSE_BYTES];
+  size_t B = fuse_block(dt), ds = mep_dtype_size(dt);
+  for (size_t i = 0; i < n; i += B) {
+    size_t m = n - i < B ? n - i : B;
+    mep__acc_load(dt, blk, (const byte_t *)a + i * ds, m);
+    mep__acc_combine(dt, op, blk, (const byte_t *)b + i * ds, m);
+    mep__acc_store(dt, op, blk, (byte_t *)dst + i * ds, m, nranks);
+  }
+}

@@ -60,6 +60,19 @@ void mep__acc_combine(mep_dtype_t dt, mep_op_t op, void *acc, const void *src,
 void mep__acc_store(mep_dtype_t dt, mep_op_t op, const void *acc, void *dst,
                     size_t n, int nranks);
 
+/* The steps above fused, for the first two contributions and for the
+ * last one: the same results bit for bit, each operand read once (they
+ * run over blocks that stay in cache). load_pair: acc = a op b;
+ * combine_store: dst = store(acc op src), acc then holds the sum (any
+ * alias of dst and acc as for mep__acc_store); reduce_pair: dst =
+ * store(a op b), with no accumulator (dst may be a or b). */
+void mep__acc_load_pair(mep_dtype_t dt, mep_op_t op, void *acc, const void *a,
+                        const void *b, size_t n);
+void mep__acc_combine_store(mep_dtype_t dt, mep_op_t op, void *acc,
+                            const void *src, void *dst, size_t n, int nranks);
+void mep__reduce_pair(mep_dtype_t dt, mep_op_t op, void *dst, const void *a,
+                      const void *b, size_t n, int nranks);
+
 /* Conversions, exposed for tests and for the CUDA path later. */
 float mep__f16_to_f32(uint16_t h);   /* exact, NaN payload kept */
 /* Round to nearest even; overflow -> inf; NaN stays NaN (payload truncated,

@@ -615,6 +615,74 @@ static void test_reductions(void) {
          cases);
 }
 
+/* The fused steps (mep__reduce_pair, mep__acc_load_pair,
+ * mep__acc_combine_store) against the steps one by one on the same
+ * inputs, bit for bit, at lengths around their block (8 KiB of
+ * accumulator: 1024 to 8192 elements); reduce_pair also in place over
+ * either input. */
+static void run_fused(mep_dtype_t dt, mep_op_t op, int k, size_t n,
+                      int special, int alias) {
+  size_t es = mep_dtype_size(dt), as = mep__acc_size(dt);
+  gbuf_t src[MAX_RANKS] = {{0}};
+  for (int r = 0; r < k; r++) {
+    src[r] = gbuf(n * es);
+    for (size_t i = 0; i < n; i++) gen(dt, special, src[r].p + i * es);
+  }
+  gbuf_t acc = gbuf(n * as), want = gbuf(n * es), got = gbuf(n * es);
+  mep__acc_load(dt, acc.p, src[0].p, n);
+  for (int r = 1; r < k; r++) mep__acc_combine(dt, op, acc.p, src[r].p, n);
+  mep__acc_store(dt, op, acc.p, want.p, n, k);
+  if (k == 2 && alias) {
+    uint8_t *in = src[alias - 1].p;
+    mep__reduce_pair(dt, op, in, src[0].p, src[1].p, n, k);
+    CHECK(memcmp(in, want.p, n * es) == 0, "%s %s reduce_pair over input "
+          "%d, n %zu", mep_dtype_name(dt), mep_op_name(op), alias - 1, n);
+  } else if (k == 2) {
+    mep__reduce_pair(dt, op, got.p, src[0].p, src[1].p, n, k);
+  } else {
+    mep__acc_load_pair(dt, op, acc.p, src[0].p, src[1].p, n);
+    for (int r = 2; r < k - 1; r++)
+      mep__acc_combine(dt, op, acc.p, src[r].p, n);
+    mep__acc_combine_store(dt, op, acc.p, src[k - 1].p, got.p, n, k);
+  }
+  if (!(k == 2 && alias))
+    CHECK(memcmp(got.p, want.p, n * es) == 0, "%s %s k=%d n %zu: fused "
+          "differs", mep_dtype_name(dt), mep_op_name(op), k, n);
+  gbuf_check(&acc, "acc");
+  gbuf_check(&got, "fused dst");
+  for (int r = 0; r < k; r++) {
+    gbuf_check(&src[r], "input");
+    free(src[r].base);
+  }
+  free(acc.base);
+  free(want.base);
+  free(got.base);
+}
+
+static void test_fused(void) {
+  static const size_t lens[] = {0, 1, 7, 1023, 1024, 1025, 2047, 2048,
+                                2049, 8191, 8192, 8193, 20001};
+  static const int ks[] = {2, 3, 5};
+  long cases = 0;
+  for (int d = 0; d < MEP_DTYPE_COUNT; d++)
+    for (int o = 0; o < MEP_OP_COUNT; o++) {
+      mep_dtype_t dt = (mep_dtype_t)d;
+      mep_op_t op = (mep_op_t)o;
+      if (mep__reduce_check(dt, op) != MEP_OK) continue;
+      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+          int special = dt <= MEP_FLOAT64 && li % 2 == 0;
+          run_fused(dt, op, ks[ki], lens[li], special, 0);
+          if (ks[ki] == 2) {
+            run_fused(dt, op, 2, lens[li], special, 1);
+            run_fused(dt, op, 2, lens[li], special, 2);
+          }
+          cases++;
+        }
+    }
+  printf("fused reductions: %ld cases match the steps one by one\n", cases);
+}
+
 /* Fixed cases whose answers are known without any reference code. */
 static void test_fixed(void) {
   /* Float min/max propagate NaN from either side; sum of opposite
@@ -757,6 +825,7 @@ int main(int argc, char **argv) {
   test_rounding();
   test_fixed();
   test_reductions();
+  test_fused();
   bench(MEP_FLOAT32);
   bench(MEP_BFLOAT16);
   printf("ok\n");
