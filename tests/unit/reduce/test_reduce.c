@@ -594,25 +594,34 @@ static void run_case(mep_dtype_t dt, mep_op_t op, int k, size_t n,
   if (!in_place) free(dst.base);
 }
 
-static void test_reductions(void) {
+/* Runs fn on every (dtype, op) pair mep__reduce_check accepts; the sum of
+ * the cases it ran. */
+static long each_pair(long (*fn)(mep_dtype_t dt, mep_op_t op)) {
   long cases = 0;
   for (int d = 0; d < MEP_DTYPE_COUNT; d++)
-    for (int o = 0; o < MEP_OP_COUNT; o++) {
-      mep_dtype_t dt = (mep_dtype_t)d;
-      mep_op_t op = (mep_op_t)o;
-      if (mep__reduce_check(dt, op) != MEP_OK) continue;
-      int can_in_place = mep__acc_size(dt) == mep_dtype_size(dt);
-      for (int k = 1; k <= MAX_RANKS; k++)
-        for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
-          int special = dt <= MEP_FLOAT64 && (k + (int)li) % 2 == 0;
-          int in_place = can_in_place && (k + (int)li) % 3 == 0;
-          int copy = can_in_place && (k + (int)li) % 2 == 1;
-          run_case(dt, op, k, lengths[li], special, in_place, copy);
-          cases++;
-        }
+    for (int o = 0; o < MEP_OP_COUNT; o++)
+      if (mep__reduce_check((mep_dtype_t)d, (mep_op_t)o) == MEP_OK)
+        cases += fn((mep_dtype_t)d, (mep_op_t)o);
+  return cases;
+}
+
+static long reductions_of(mep_dtype_t dt, mep_op_t op) {
+  long cases = 0;
+  int can_in_place = mep__acc_size(dt) == mep_dtype_size(dt);
+  for (int k = 1; k <= MAX_RANKS; k++)
+    for (size_t li = 0; li < sizeof lengths / sizeof *lengths; li++) {
+      int special = dt <= MEP_FLOAT64 && (k + (int)li) % 2 == 0;
+      int in_place = can_in_place && (k + (int)li) % 3 == 0;
+      int copy = can_in_place && (k + (int)li) % 2 == 1;
+      run_case(dt, op, k, lengths[li], special, in_place, copy);
+      cases++;
     }
+  return cases;
+}
+
+static void test_reductions(void) {
   printf("reductions: %ld cases (dtype x op x ranks x length) match\n",
-         cases);
+         each_pair(reductions_of));
 }
 
 /* The fused steps (mep__reduce_pair, mep__acc_load_pair,
@@ -659,28 +668,27 @@ static void run_fused(mep_dtype_t dt, mep_op_t op, int k, size_t n,
   free(got.base);
 }
 
-static void test_fused(void) {
+static long fused_of(mep_dtype_t dt, mep_op_t op) {
   static const size_t lens[] = {0, 1, 7, 1023, 1024, 1025, 2047, 2048,
                                 2049, 8191, 8192, 8193, 20001};
   static const int ks[] = {2, 3, 5};
   long cases = 0;
-  for (int d = 0; d < MEP_DTYPE_COUNT; d++)
-    for (int o = 0; o < MEP_OP_COUNT; o++) {
-      mep_dtype_t dt = (mep_dtype_t)d;
-      mep_op_t op = (mep_op_t)o;
-      if (mep__reduce_check(dt, op) != MEP_OK) continue;
-      for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
-        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
-          int special = dt <= MEP_FLOAT64 && li % 2 == 0;
-          run_fused(dt, op, ks[ki], lens[li], special, 0);
-          if (ks[ki] == 2) {
-            run_fused(dt, op, 2, lens[li], special, 1);
-            run_fused(dt, op, 2, lens[li], special, 2);
-          }
-          cases++;
-        }
+  for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+      int special = dt <= MEP_FLOAT64 && li % 2 == 0;
+      run_fused(dt, op, ks[ki], lens[li], special, 0);
+      if (ks[ki] == 2) {
+        run_fused(dt, op, 2, lens[li], special, 1);
+        run_fused(dt, op, 2, lens[li], special, 2);
+      }
+      cases++;
     }
-  printf("fused reductions: %ld cases match the steps one by one\n", cases);
+  return cases;
+}
+
+static void test_fused(void) {
+  printf("fused reductions: %ld cases match the steps one by one\n",
+         each_pair(fused_of));
 }
 
 /* Fixed cases whose answers are known without any reference code. */
