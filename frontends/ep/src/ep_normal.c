@@ -404,10 +404,8 @@ static int check_pairs(const mep_ep_normal_t *b, const int32_t *counts,
   return mep__epn_pair_error(b, ws, wr, counts[ws * R + wr], msg, fn, what);
 }
 
-int mep__epn_shape_error(const mep_ep_normal_t *b, int s,
-                         const int32_t shape[3], int E, int dmsg, int cmsg,
-                         const char *fn) {
-  (void)b;
+int mep__epn_shape_error(int s, const int32_t shape[3], int E, int dmsg,
+                         int cmsg, const char *fn) {
   return mep_set_error(MEP_ERR_MISMATCH, 0, "%s: rank %d dispatches %d "
                        "experts with %d-byte messages (combine %d), this "
                        "rank %d experts with %d-byte messages (combine %d)",
@@ -564,7 +562,7 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
     const int32_t *slot =
         (const int32_t *)(mem + b->lay.cnt + ((uint64_t)half * R + s) * b->lay.cw);
     if (slot[2] != E || slot[3] != dmsg || slot[4] != cmsg)
-      return mep__epn_shape_error(b, s, slot + 2, E, dmsg, cmsg, fn);
+      return mep__epn_shape_error(s, slot + 2, E, dmsg, cmsg, fn);
     if (slot[0] && bad < 0) bad = s;
     b->src_tokens[s] = slot[1];
     memcpy(counts + (size_t)s * R, slot + CW_HDR, sizeof(int32_t) * (size_t)R);

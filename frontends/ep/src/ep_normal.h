@@ -77,9 +77,8 @@ static inline uint64_t mep__epn_cmsg_bytes(int hidden, int k) {
  * n messages of msg bytes fit a pair's bytes). */
 int mep__epn_pair_error(const mep_ep_normal_t *b, int s, int r, int32_t n,
                         uint64_t msg, const char *fn, const char *what);
-int mep__epn_shape_error(const mep_ep_normal_t *b, int s,
-                         const int32_t shape[3], int E, int dmsg, int cmsg,
-                         const char *fn);
+int mep__epn_shape_error(int s, const int32_t shape[3], int E, int dmsg,
+                         int cmsg, const char *fn);
 int mep__epn_status_error(const mep_ep_normal_t *b, int s, const char *fn);
 
 #ifdef MEP_HAVE_CUDA

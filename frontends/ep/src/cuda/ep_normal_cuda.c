@@ -265,7 +265,7 @@ int mep__epn_cuda_notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a,
   if (rc) return rc;
   const mep__epn_nres_t *res = cu->res;
   if (res->other >= 0)
-    return mep__epn_shape_error(b, res->other, res->shape, (int)k.E,
+    return mep__epn_shape_error(res->other, res->shape, (int)k.E,
                                 (int)k.dmsg, (int)k.cmsg, fn);
   if (res->bad >= 0) return mep__epn_status_error(b, res->bad, fn);
   uint64_t big = k.dmsg > k.cmsg ? k.dmsg : k.cmsg;
