@@ -207,7 +207,7 @@ def one_case(mep_ep, buf, rank, R, ci, fp8):
     r2 = recv2[0] if fp8 else recv2
     assert counts2 == [] and r2.shape[0] == worst and ridx2.shape == (worst, K)
     assert torch.equal(ridx2[:nrecv], ridx) and bool((ridx2[nrecv:] == -1).all())
-    assert torch.equal(rw2[:nrecv], rw)
+    assert torch.equal(rw2[:nrecv], rw) and bool((rw2[nrecv:] == 0).all())
     assert torch.equal(r2[:nrecv].view(torch.uint8), (recv[0] if fp8 else recv).view(torch.uint8))
 
     # cached: the same rows, nothing else

@@ -710,6 +710,7 @@ class Buffer:
             _check(in_rank, "handle's is_token_in_rank", torch.bool, (n, size), dev)
             k, experts, per_rank, per_expert = 0, 0, None, None
             capacity = src_idx.shape[0]
+            outs = self._recv_outputs(capacity, xv, scales, nscales, 0, cached=True)
         else:
             if num_tokens_per_rank is None or is_token_in_rank is None \
                     or num_tokens_per_expert is None:
@@ -749,6 +750,9 @@ class Buffer:
             # the dispatch is queued: what does not depend on its counts
             rcpm = torch.empty((size, channels), dtype=torch.int32, device=dev)
             send_head = torch.empty((n, size), dtype=torch.int32, device=dev)
+            if num_worst_tokens:
+                capacity = num_worst_tokens
+                outs = self._recv_outputs(capacity, xv, scales, nscales, k)
             # on CUDA the count exchange is a kernel on the call's stream,
             # which the call waits for: the two host outputs size the rest
             nargs = _c.NotifyArgs(
@@ -772,16 +776,12 @@ class Buffer:
             if num_worst_tokens and num_worst_tokens < nrecv:
                 raise ValueError(f"this rank receives {nrecv} tokens, more than "
                                  f"num_worst_tokens ({num_worst_tokens})")
-            capacity = num_worst_tokens or nrecv
-            src_idx = torch.empty(capacity, dtype=torch.int32, device=dev)
-        recv_x = torch.empty((capacity, hidden), dtype=xv.dtype, device=dev)
-        recv_scales = (torch.empty((capacity, nscales), dtype=scales.dtype, device=dev)
-                       if scales is not None else None)
-        recv_idx = recv_w = None
-        if k:
-            recv_idx = torch.full((capacity, k), -1, dtype=torch.int64, device=dev)
-            recv_w = torch.zeros((capacity, k), dtype=torch.float32, device=dev)
+            if not num_worst_tokens:
+                capacity = nrecv
+                outs = self._recv_outputs(capacity, xv, scales, nscales, k)
         cached = handle is not None
+        recv_x, recv_scales, new_src, recv_idx, recv_w = outs
+        src_idx = src_idx if cached else new_src
         dargs = _c.NormalDispatchArgs(
             struct_size=ctypes.sizeof(_c.NormalDispatchArgs), x=self._ptr(xv), num_tokens=n,
             hidden=hidden, x_elem_size=es,
@@ -809,11 +809,29 @@ class Buffer:
         event = self._event(async_finish, dev, keep)
         if cached:
             return out_x, None, None, None, None, event
-        if capacity > nrecv:
+        if capacity > nrecv:  # rows past the received: none (the call writes the rest)
             src_idx[nrecv:] = -1
+            if k:
+                recv_idx[nrecv:] = -1
+                recv_w[nrecv:] = 0
         counts = [] if num_worst_tokens else per_expert.tolist()
         handle = (rpm, cpm, rcpm, src_idx, in_rank, send_head)
         return out_x, recv_idx, recv_w, counts, handle, event
+
+    @staticmethod
+    def _recv_outputs(capacity, xv, scales, nscales, k, cached=False):
+        """A dispatch's outputs of `capacity` rows: (recv_x, recv_scales,
+        recv_src_idx, recv_topk_idx, recv_topk_weights), None where the call
+        has none (a cached call's src_idx is the handle's). Left unset: the
+        call writes every row it receives (a lost source's too), and the
+        caller the rows past them."""
+        dev = xv.device
+        return (torch.empty((capacity, xv.shape[1]), dtype=xv.dtype, device=dev),
+                torch.empty((capacity, nscales), dtype=scales.dtype, device=dev)
+                if scales is not None else None,
+                torch.empty(capacity, dtype=torch.int32, device=dev) if not cached else None,
+                torch.empty((capacity, k), dtype=torch.int64, device=dev) if k else None,
+                torch.empty((capacity, k), dtype=torch.float32, device=dev) if k else None)
 
     def _unpack_handle(self, handle, dev):
         if not isinstance(handle, (tuple, list)) or len(handle) != 6:
