@@ -30,15 +30,22 @@ static int qp_index(const verbs_ep_t *ep, uint32_t qp_num) {
   return -1;
 }
 
+/* A batch of fewer completions than asked for emptied the queue (as far
+ * as a second call could tell): no second call, which a ping-pong would
+ * pay for on every message (the provider takes a lock each time). */
+#define VERBS_DRAIN_BATCH 32
+
 int mep__verbs_drain(verbs_ep_t *ep) {
   verbs_ctx_t *ctx = ep->ctx;
-  struct ibv_wc wc[32];
-  int n = 0, got = 0;
-  while (!ep->dead && (n = ibv_poll_cq(ep->cq, 32, wc)) > 0) {
+  struct ibv_wc wc[VERBS_DRAIN_BATCH];
+  int n = VERBS_DRAIN_BATCH, got = 0, recvs = 0;
+  while (!ep->dead && n == VERBS_DRAIN_BATCH &&
+         (n = ibv_poll_cq(ep->cq, VERBS_DRAIN_BATCH, wc)) > 0) {
     got += n;
     for (int i = 0; i < n && !ep->dead; i++) {
       int q = qp_index(ep, wc[i].qp_num);
       if (wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id & VERBS_RECV_BIT) {
+        recvs++;
         ep->recvs--; /* a signal of the peer: applied here if in band */
         int st = mep__verbs_inband_recv(ep, &wc[i]);
         if (st) mep__verbs_ep_fail(ep, st, 1);
@@ -61,7 +68,8 @@ int mep__verbs_drain(verbs_ep_t *ep) {
               ctx->rank, ep->rank);
     mep__verbs_ep_fail(ep, MEP_ERR_PEER_FAILED, 1);
   }
-  if (!ep->dead && mep__verbs_post_recvs(ep)) {
+  /* only a receive taken here lowers the receives posted */
+  if (recvs && !ep->dead && mep__verbs_post_recvs(ep)) {
     VERBS_LOG(ctx, MEP_LOG_ERROR, "verbs: rank %d: posting receives for "
               "rank %d's signals failed: %s; the peer is reported failed",
               ctx->rank, ep->rank, strerror(errno));
@@ -74,7 +82,7 @@ int mep__verbs_drain(verbs_ep_t *ep) {
  * completions taken. */
 static int progress(verbs_ep_t *ep) {
   int got = ep->dead ? 0 : mep__verbs_drain(ep);
-  if (got >= 0 && !ep->dead) mep__verbs_pump(ep);
+  if (got >= 0 && !ep->dead && mep__verbs_waiting(ep)) mep__verbs_pump(ep);
   return got > 0 ? got : 0;
 }
 
@@ -180,16 +188,18 @@ static void check_fds(verbs_ctx_t *ctx) {
   }
 }
 
-/* poll_mu held: every live endpoint through fn; the completions taken. */
-static int each_ep(verbs_ctx_t *ctx, int (*fn)(verbs_ep_t *)) {
+/* poll_mu held: every live endpoint through progress(), or arm() when
+ * `armed` (called directly, so that both inline: no call through a
+ * pointer on every poll); the completions taken. The live list changes
+ * only under poll_mu too (publish, retire), so the walk takes no
+ * ctx->mu: a lock pair less on every call. */
+static int each_ep(verbs_ctx_t *ctx, int armed) {
   int got = 0;
-  pthread_mutex_lock(&ctx->mu);
   for (verbs_ep_t *ep = ctx->live; ep; ep = ep->live_next) {
     pthread_mutex_lock(&ep->mu);
-    got += fn(ep);
+    got += armed ? arm(ep) : progress(ep);
     pthread_mutex_unlock(&ep->mu);
   }
-  pthread_mutex_unlock(&ctx->mu);
   return got;
 }
 
@@ -212,8 +222,9 @@ int mep__verbs_poll(mep_tp_ctx_t *ctxp, mep_tp_completion_t *out, int max) {
   pthread_mutex_lock(&ctx->poll_mu);
   if (++ctx->npoll % VERBS_FD_CHECK_POLLS == 0) check_fds(ctx);
   if (ctx->idle == VERBS_IDLE_POLLS) mep__verbs_cq_settle(ctx);
-  each_ep(ctx, ctx->idle >= VERBS_IDLE_POLLS ? arm : progress);
-  int n = max > 0 ? mep__verbs_cq_pop(ctx, out, max) : 0;
+  each_ep(ctx, ctx->idle >= VERBS_IDLE_POLLS);
+  int n = max > 0 && mep__verbs_cq_ready(ctx) ? mep__verbs_cq_pop(ctx, out, max)
+                                              : 0;
   if (n)
     ctx->idle = 0;
   else if (ctx->idle <= VERBS_IDLE_POLLS)

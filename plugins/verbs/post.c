@@ -56,8 +56,7 @@
 
 #include "verbs.h"
 
-/* ep->mu held: room in q's ring for n more requests. */
-int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n) {
+int mep__verbs_ring_grow(verbs_qp_t *p, uint64_t n) {
   uint64_t used = p->tail - p->head, cap = p->mask + 1;
   if (used + n <= cap) return 0;
   while (cap < used + n) cap *= 2;
@@ -69,12 +68,6 @@ int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n) {
   p->ring = r;
   p->mask = cap - 1;
   return 0;
-}
-
-verbs_wr_t *mep__verbs_append(verbs_qp_t *p) {
-  verbs_wr_t *e = &p->ring[p->tail++ & p->mask];
-  memset(e, 0, sizeof *e);
-  return e;
 }
 
 /* A write's token (or its stripe's share of it) completed. */

@@ -27,7 +27,8 @@
  *   ctx->poll_mu  held by poll() throughout, and by whoever retires an
  *                 endpoint (close, fini), so nothing is freed under it
  *   ctx->mu       the peers table, the live list, the tombstones, the
- *                 registrations' list
+ *                 registrations' list (the live list changes under
+ *                 poll_mu too, so poll() walks it without ctx->mu)
  *   ep->mu        an endpoint's queue pairs, rings, fences and state
  *   ctx->cq_mu    the plugin's completion queue (a leaf)
  *   ctx->mr_mu    the registrations' list and its generation (a leaf:
@@ -347,6 +348,11 @@ uint64_t mep__verbs_fabric_hash(const char *name);
 void mep__verbs_cq_push(verbs_ctx_t *ctx, uint64_t token, int status,
                         int peer);
 int mep__verbs_cq_pop(verbs_ctx_t *ctx, mep_tp_completion_t *out, int max);
+/* Whether the queue may hold something, without cq_mu: a completion
+ * pushed meanwhile is found by the next call. */
+static inline int mep__verbs_cq_ready(verbs_ctx_t *ctx) {
+  return __atomic_load_n(&ctx->cq_n, __ATOMIC_ACQUIRE) != 0;
+}
 /* Clears the eventfd when the queue is empty (poll, when idle). */
 void mep__verbs_cq_settle(verbs_ctx_t *ctx);
 void mep__verbs_cq_forget(verbs_ctx_t *ctx, int rank);
@@ -384,6 +390,12 @@ int mep__verbs_signal(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, uint64_t roff,
                       uint64_t value, mep_signal_op_t op);
 /* ep->mu held: posts what waits and may go. */
 void mep__verbs_pump(verbs_ep_t *ep);
+/* ep->mu held: whether anything waits in the plugin to be posted. */
+static inline int mep__verbs_waiting(const verbs_ep_t *ep) {
+  for (int q = 0; q < ep->nqp; q++)
+    if (ep->qps[q].posted != ep->qps[q].tail) return 1;
+  return 0;
+}
 /* ep->mu held: completes queue pair q's requests up to sequence s. */
 void mep__verbs_complete(verbs_ep_t *ep, int q, uint64_t s);
 /* ep->mu held: a marker on every queue pair whose last posted request
@@ -459,9 +471,18 @@ void mep__verbs_inband_msg(verbs_ep_t *ep, const verbs_wr_t *e, uint64_t s,
 /* Receive buffers and message slots of a new endpoint. */
 int mep__verbs_inband_alloc(verbs_ep_t *ep);
 void mep__verbs_inband_free(verbs_ep_t *ep);
-/* post.c, for inband.c: ep->mu held */
-int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n);
-verbs_wr_t *mep__verbs_append(verbs_qp_t *p);
+/* post.c, for inband.c: ep->mu held. Room in q's ring for n more
+ * requests (0, or -1 out of memory), and the next request, zeroed;
+ * inline, as every write and signal takes them. */
+int mep__verbs_ring_grow(verbs_qp_t *p, uint64_t n);
+static inline int mep__verbs_ring_room(verbs_qp_t *p, uint64_t n) {
+  return p->tail - p->head + n <= p->mask + 1 ? 0 : mep__verbs_ring_grow(p, n);
+}
+static inline verbs_wr_t *mep__verbs_append(verbs_qp_t *p) {
+  verbs_wr_t *e = &p->ring[p->tail++ & p->mask];
+  *e = (verbs_wr_t){0};
+  return e;
+}
 /* a fence for a signal at sequence `at` of queue pair 0; 0 or -1 */
 int mep__verbs_fence_at(verbs_ep_t *ep, uint64_t at);
 

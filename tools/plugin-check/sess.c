@@ -315,11 +315,17 @@ void pc_signal(pc_sess_t *s, const pc_remote_t *dst, uint64_t roff,
 uint64_t pc_wait_word(pc_sess_t *s, const pc_region_t *r, size_t off,
                       uint64_t target, const char *what) {
   int64_t deadline = pc_now_ms() + s->w->opts->timeout_ms;
+  /* Host memory is read in place (pc_word checks the bounds once): a
+   * turn makes no call but poll(), as in a ping-pong each costs. */
+  uint64_t v = pc_word(r, off);
+  const uint64_t *host =
+      r->mem == PC_MEM_HOST
+          ? (const uint64_t *)(const void *)((const unsigned char *)r->ptr +
+                                             off)
+          : NULL;
   /* the clock is read every PC_CLOCK_TURNS turns: in a ping-pong a read
    * per turn would delay seeing the word (slow clocks in emulated guests) */
-  for (unsigned turn = 1;; turn++) {
-    uint64_t v = pc_word(r, off);
-    if (v >= target) return v;
+  for (unsigned turn = 1; v < target; turn++) {
     int n = pc_progress(s);
     if (turn % PC_CLOCK_TURNS == 0 && pc_now_ms() > deadline)
       pc_fail("timed out after %d ms waiting for %s (the signal word reads "
@@ -327,7 +333,9 @@ uint64_t pc_wait_word(pc_sess_t *s, const pc_region_t *r, size_t off,
               s->w->opts->timeout_ms, what, (unsigned long long)v,
               (unsigned long long)target);
     pc_relax(s, n);
+    v = host ? __atomic_load_n(host, __ATOMIC_ACQUIRE) : pc_word(r, off);
   }
+  return v;
 }
 
 void pc_wait_inflight_below(pc_sess_t *s, size_t n, const char *what) {

@@ -14,22 +14,24 @@
 
 #define PC_LINE_MAX 2048
 
-static pc_worker_t *g_self;
+pc_worker_t *pc__self;
 static pthread_t g_watchdog;
 static int g_watchdog_on;
 static atomic_int g_stop;
-/* Plugin calls made so far, twice: odd while one runs. A count, not a
- * clock: a time stamp per call would put two clock reads into every
- * call the benchmark times (costly where the clock is slow, as in an
- * emulated guest); the watchdog keeps the time itself. */
-static atomic_ullong g_call_seq;
-static const char *_Atomic g_call_name;
+/* Plugin calls made so far, twice: odd while one runs, and the name of
+ * the last one (worker.h). A count, not a clock: a time stamp per call
+ * would put two clock reads into every call the benchmark times (costly
+ * where the clock is slow, as in an emulated guest); the watchdog keeps
+ * the time itself. */
+atomic_ullong pc__call_seq;
+const char *_Atomic pc__call_name;
+const char *pc__call_copied;
 static pthread_mutex_t g_out_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Formatted before the alarm can fire: a signal handler may only write(). */
 static char g_alarm_msg[256];
 static size_t g_alarm_len;
 
-pc_worker_t *pc_self(void) { return g_self; }
+pc_worker_t *pc_self(void) { return pc__self; }
 
 int64_t pc_now_ns(void) {
   struct timespec ts;
@@ -73,7 +75,7 @@ static void emit(const char *kind, const char *fmt, va_list ap) {
     if (line[i] == '\n' || line[i] == '\r') line[i] = ' ';
   line[len++] = '\n';
   pthread_mutex_lock(&g_out_lock);
-  if (g_self) write_all(g_self->result_fd, line, len);
+  if (pc__self) write_all(pc__self->result_fd, line, len);
   pthread_mutex_unlock(&g_out_lock);
 }
 
@@ -111,7 +113,7 @@ _Noreturn void pc_peer_gone(const char *fmt, ...) {
 }
 
 void pc_info(const char *fmt, ...) {
-  if (!g_self || !g_self->opts->verbose) return;
+  if (!pc__self || !pc__self->opts->verbose) return;
   va_list ap;
   va_start(ap, fmt);
   emit("INFO", fmt, ap);
@@ -125,18 +127,11 @@ void pc_bench_line(const char *fmt, ...) {
   va_end(ap);
 }
 
-void pc_call_begin(const char *name) {
-  atomic_store(&g_call_name, name);
-  atomic_fetch_add(&g_call_seq, 1);
-  if (g_self && g_self->shared) {
-    /* Only for the post-mortem; a torn name there is harmless. */
-    strncpy(g_self->shared->call, name, sizeof g_self->shared->call - 1);
-  }
-}
-
-void pc_call_end(void) {
-  atomic_fetch_add(&g_call_seq, 1);
-  if (g_self && g_self->shared) g_self->shared->call[0] = '\0';
+void pc__call_name_copy(const char *name) {
+  if (!pc__self || !pc__self->shared) return;
+  /* Only for the post-mortem; a torn name there is harmless. */
+  strncpy(pc__self->shared->call, name, sizeof pc__self->shared->call - 1);
+  pc__call_copied = name;
 }
 
 /* init, connect, reg and the releases may legitimately take up to
@@ -152,7 +147,7 @@ static int may_block(const char *name) {
 }
 
 static int64_t limit_ms(const char *name) {
-  int t = g_self->opts->timeout_ms;
+  int t = pc__self->opts->timeout_ms;
   if (may_block(name)) return (int64_t)t + 1000;
   return t / 2 > 100 ? t / 2 : 100;
 }
@@ -167,9 +162,9 @@ static void *watchdog_main(void *arg) {
     /* A call is timed from the first turn that finds it running (at most
      * a turn, 20 ms, after it began); an unchanged count around the
      * name's read means the name belongs to it. */
-    unsigned long long seq = atomic_load(&g_call_seq);
-    const char *name = atomic_load(&g_call_name);
-    if (!(seq & 1) || !name || atomic_load(&g_call_seq) != seq) continue;
+    unsigned long long seq = atomic_load(&pc__call_seq);
+    const char *name = atomic_load(&pc__call_name);
+    if (!(seq & 1) || !name || atomic_load(&pc__call_seq) != seq) continue;
     if (seq != seen) {
       seen = seq;
       start = pc_now_ns();
@@ -189,11 +184,11 @@ static void *watchdog_main(void *arg) {
 
 static void on_alarm(int sig) {
   (void)sig;
-  if (g_self) {
+  if (pc__self) {
     const char *p = g_alarm_msg;
     size_t len = g_alarm_len;
     while (len > 0) {
-      ssize_t n = write(g_self->result_fd, p, len);
+      ssize_t n = write(pc__self->result_fd, p, len);
       if (n <= 0) break;
       p += n;
       len -= (size_t)n;
@@ -203,7 +198,7 @@ static void on_alarm(int sig) {
 }
 
 void pc_worker_start(pc_worker_t *w, int budget_ms) {
-  g_self = w;
+  pc__self = w;
   snprintf(g_alarm_msg, sizeof g_alarm_msg,
            "FAIL timed out after %d ms (the check as a whole, in rank %d)\n",
            budget_ms, w->rank);

@@ -4,6 +4,7 @@
 #ifndef PC_WORKER_H
 #define PC_WORKER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,9 +81,45 @@ void pc_info(const char *fmt, ...) MEP_PRINTF(1, 2);
 /* A line of the benchmark table, printed by the supervisor as is. */
 void pc_bench_line(const char *fmt, ...) MEP_PRINTF(1, 2);
 
-/* Marks the start and end of a plugin call for the watchdog. */
-void pc_call_begin(const char *name);
-void pc_call_end(void);
+/* Marks the start and end of a plugin call for the watchdog, and names
+ * it in the shared page for the post-mortem. `name` is a string that
+ * never changes (a literal). Cheap, because the benchmark's ping-pong
+ * makes three calls per message and polls in a loop: inline, the name
+ * copied only when it changes (its first byte put back otherwise), and
+ * the count advanced by plain stores, as the one thread that calls the
+ * plugin is its only writer (no locked instruction; under emulation, in
+ * the Soft-RoCE VM, each call, return and atomic costs tens of ns). The
+ * name is stored before the count (both release), so a watchdog that
+ * reads the same odd count around its read of the name read that call's
+ * name. */
+extern atomic_ullong pc__call_seq;
+extern const char *_Atomic pc__call_name;
+extern const char *pc__call_copied; /* the name in the shared page */
+extern pc_worker_t *pc__self; /* pc_self() */
+void pc__call_name_copy(const char *name);
+
+static inline void pc__call_step(void) {
+  unsigned long long seq =
+      atomic_load_explicit(&pc__call_seq, memory_order_relaxed);
+  atomic_store_explicit(&pc__call_seq, seq + 1, memory_order_release);
+}
+
+static inline void pc_call_begin(const char *name) {
+  atomic_store_explicit(&pc__call_name, name, memory_order_release);
+  pc__call_step();
+  pc_worker_t *w = pc__self;
+  if (!w || !w->shared) return;
+  if (name == pc__call_copied)
+    w->shared->call[0] = name[0];
+  else
+    pc__call_name_copy(name);
+}
+
+static inline void pc_call_end(void) {
+  pc__call_step();
+  pc_worker_t *w = pc__self;
+  if (w && w->shared) w->shared->call[0] = '\0';
+}
 
 /* Monotonic clock. */
 int64_t pc_now_ns(void);
