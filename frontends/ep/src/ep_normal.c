@@ -393,15 +393,24 @@ int mep__epn_pair_error(const mep_ep_normal_t *b, int s, int r, int32_t n,
                  (unsigned long long)need_bytes(b->size, v));
 }
 
+/* The pair (*ws, *wr) of the largest count (the first of equals). */
+static void worst_pair(const mep_ep_normal_t *b, const int32_t *counts,
+                       int *ws, int *wr) {
+  int R = b->size;
+  *ws = *wr = 0;
+  for (int s = 0; s < R; s++)
+    for (int r = 0; r < R; r++)
+      if ((uint32_t)counts[s * R + r] > (uint32_t)counts[*ws * R + *wr])
+        *ws = s, *wr = r;
+}
+
 /* The largest pair of counts[s][r] * msg over every pair, against P. */
 static int check_pairs(const mep_ep_normal_t *b, const int32_t *counts,
                        uint64_t msg, const char *fn, const char *what) {
-  int R = b->size, ws = 0, wr = 0;
-  for (int s = 0; s < R; s++)
-    for (int r = 0; r < R; r++)
-      if ((uint32_t)counts[s * R + r] > (uint32_t)counts[ws * R + wr])
-        ws = s, wr = r;
-  return mep__epn_pair_error(b, ws, wr, counts[ws * R + wr], msg, fn, what);
+  int ws, wr;
+  worst_pair(b, counts, &ws, &wr);
+  return mep__epn_pair_error(b, ws, wr, counts[ws * b->size + wr], msg, fn,
+                             what);
 }
 
 int mep__epn_shape_error(int s, const int32_t shape[3], int E, int dmsg,
@@ -599,6 +608,9 @@ static int notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a) {
       }
     }
   }
+  b->nrecv = *a->num_recv_tokens;
+  worst_pair(b, counts, &b->worst_s, &b->worst_r);
+  b->worst = counts[b->worst_s * R + b->worst_r];
   b->notified = 1;
   return 0;
 }
@@ -712,7 +724,6 @@ static void unpack_dmsg(const mep_ep_normal_dispatch_args_t *a, int me, int L,
 static int cuda_dispatch(mep_ep_normal_t *b,
                          const mep_ep_normal_dispatch_args_t *a,
                          const char *fn) {
-  const int32_t *counts = NULL;
   if (a->num_tokens > 0) NEED(a->send_head, "send_head (the CUDA path's "
                                             "positions)");
   if (!a->cached_rank_prefix_matrix) {
@@ -721,19 +732,16 @@ static int cuda_dispatch(mep_ep_normal_t *b,
                      "and no cached_rank_prefix_matrix", fn);
     uint64_t dmsg = mep__epn_dmsg_bytes(a->hidden, a->x_elem_size,
                                         a->num_scales, a->num_topk);
-    int rc;
-    if (b->notified == 2) { /* the counts are on the device */
-      rc = check_capacity(b->nrecv, a->recv_capacity, fn);
-      if (!rc)
-        rc = mep__epn_pair_error(b, b->worst_s, b->worst_r, b->worst, dmsg,
-                                 fn, "tokens");
-    } else {
-      counts = b->counts;
-      rc = check_capacity(recv_of(b, counts), a->recv_capacity, fn);
-      if (!rc) rc = check_pairs(b, counts, dmsg, fn, "tokens");
-    }
+    int rc = check_capacity(b->nrecv, a->recv_capacity, fn);
+    if (!rc)
+      rc = mep__epn_pair_error(b, b->worst_s, b->worst_r, b->worst, dmsg, fn,
+                               "tokens");
     if (rc) return rc;
   }
+  /* the host notify's counts go to the device with the dispatch */
+  const int32_t *counts = !a->cached_rank_prefix_matrix && b->notified == 1
+                              ? b->counts
+                              : NULL;
   b->notified = 0;
   return mep__epn_cuda_dispatch(b, a, counts,
                                 call_active_dev(b, a->active_ranks),

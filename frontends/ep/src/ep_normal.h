@@ -38,11 +38,11 @@ struct mep_ep_normal {
   int32_t *active;     /* host [R]: the CPU path's, notify's on CUDA */
   uint64_t nseq, dseq, cseq;
   /* from the last notify, for the dispatch that follows it: none (0),
-   * counts on the host (1), or on the device (2: the CUDA path's kernel;
-   * the host keeps what the dispatch's checks need) */
+   * counts on the host (1), or on the device only (2: the CUDA path's
+   * kernel); either way what the dispatch's checks need */
   int notified;
-  int nrecv;           /* 2: tokens this rank receives */
-  int worst, worst_s, worst_r; /* 2: the largest pair count, its pair */
+  int nrecv;           /* tokens this rank receives */
+  int worst, worst_s, worst_r; /* the largest pair count, its pair */
   int32_t *counts;     /* [R][R]: tokens source s sends rank r */
   int32_t *src_tokens; /* [R]: num_tokens of each source */
   int32_t *work;       /* [R][R]: a cached dispatch's or a combine's */

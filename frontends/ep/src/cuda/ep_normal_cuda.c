@@ -163,7 +163,7 @@ static void fill_common(mep_ep_normal_t *b, int32_t *active,
   k->agree_slot = l->cw;
   /* after the agreement words of dispatch, combine and the count exchange
    * (epn_agree); the combine's phase words at the slot's end */
-  k->prog = 24 * (((uint64_t)b->size + 31) / 32);
+  k->prog = 8 * MEP__EPN_AGREE_KINDS * (((uint64_t)b->size + 31) / 32);
   k->cprog = (l->cw - 8 * MEP__EPN_CPHASES) & ~(uint64_t)7;
 }
 
@@ -283,6 +283,27 @@ int mep__epn_cuda_notify(mep_ep_normal_t *b, const mep_ep_notify_args_t *a,
   return 0;
 }
 
+/* The host notify's counts as a rank_prefix_matrix, and the sources'
+ * token counts, into cu->rpm for the kernels (stream-ordered). */
+static int upload_counts(mep_ep_normal_t *b, const int32_t *counts,
+                         void *stream) {
+  struct mep__epn_cuda *cu = b->cuda;
+  int R = b->size;
+  for (int r = 0; r < R; r++) {
+    int32_t run = 0;
+    for (int s = 0; s < R; s++) {
+      run += counts[s * R + r];
+      cu->host[s * R + r] = run;
+    }
+  }
+  memcpy(cu->host + (size_t)R * R, b->src_tokens, (size_t)R * 4);
+  cudaError_t e = cudaMemcpyAsync(cu->rpm, cu->host, ((size_t)R * R + R) * 4,
+                                  cudaMemcpyHostToDevice,
+                                  (cudaStream_t)stream);
+  return e == cudaSuccess ? 0 : fail(b, MEP_ERR_SYSTEM, e,
+                                     "copying the counts");
+}
+
 int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
                            const mep_ep_normal_dispatch_args_t *a,
                            const int32_t *host_counts, int32_t *active,
@@ -304,30 +325,13 @@ int mep__epn_cuda_dispatch(mep_ep_normal_t *b,
   if (rc) return rc;
   mep__epn_k_t k;
   fill_common(b, active, timeout_us, &k);
-  if (host_counts) {
-    /* the notify's counts as a rank_prefix_matrix, and the sources'
-     * token counts, for the kernels */
-    for (int r = 0; r < R; r++) {
-      int32_t run = 0;
-      for (int s = 0; s < R; s++) {
-        run += host_counts[s * R + r];
-        cu->host[s * R + r] = run;
-      }
-    }
-    memcpy(cu->host + (size_t)R * R, b->src_tokens, (size_t)R * 4);
-    cudaError_t e = cudaMemcpyAsync(cu->rpm, cu->host,
-                                    ((size_t)R * R + R) * 4,
-                                    cudaMemcpyHostToDevice,
-                                    (cudaStream_t)a->stream);
-    if (e != cudaSuccess)
-      return fail(b, MEP_ERR_SYSTEM, e, "copying the counts");
-    k.rpm = cu->rpm;
-    k.src_tokens = cu->rpm + (size_t)R * R;
-    k.rcpm = a->recv_channel_prefix_matrix;
-    k.C = a->num_channels;
-  } else if (a->cached_rank_prefix_matrix) {
+  if (a->cached_rank_prefix_matrix) {
     k.rpm = a->cached_rank_prefix_matrix;
-  } else { /* the exchange's kernel left them in cu->rpm */
+  } else {
+    /* the notify's counts, in cu->rpm: the exchange's kernel left them
+     * there, or the host's are copied there now */
+    rc = host_counts ? upload_counts(b, host_counts, a->stream) : 0;
+    if (rc) return rc;
     k.rpm = cu->rpm;
     k.src_tokens = cu->rpm + (size_t)R * R;
     k.rcpm = a->recv_channel_prefix_matrix;
