@@ -196,7 +196,8 @@ __device__ __noinline__ void combine_settle(const mep__epn_k_t &k,
   __shared__ unsigned int dropped[MEP__EPN_MAX_RANKS / 32];
   extern __shared__ const uint8_t *rows[];
   const int R = k.R, T = blockDim.x, tid = threadIdx.x;
-  epn_agree_dropped(k, 1, k.csig, k.st->clost, dropped, seq, half, deadline);
+  epn_agree_dropped(k, MEP__EPN_AGREE_COMBINE, k.csig, k.st->clost, dropped,
+                    seq, half, deadline);
   int again = 0; /* the same in every thread */
   for (int i = 0; i < (R + 31) / 32; i++) again |= dropped[i] != 0;
   for (int t = 0; again && t < k.num_tokens; t++) {

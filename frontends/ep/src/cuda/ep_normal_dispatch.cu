@@ -271,7 +271,8 @@ __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
   const int lane = tid & 31, nw = T >> 5;
   const mep_dev_win_t *w = k.win;
   const uint64_t P = k.P, dmsg = k.dmsg;
-  epn_agree_dropped(k, 0, k.dsig, k.st->lost, dropped, seq, half, deadline);
+  epn_agree_dropped(k, MEP__EPN_AGREE_DISPATCH, k.dsig, k.st->lost, dropped,
+                    seq, half, deadline);
   for (int s = 0; s < R; s++) {
     if (!(dropped[s / 32] >> (s % 32) & 1)) continue;
     const int e = k.rpm[s * R + me];

@@ -36,6 +36,15 @@ extern "C" {
  * shared memory). */
 #define MEP__EPN_MAX_RANKS 1024
 
+/* The agreement words of an agree slot, W words each, in this order
+ * (epn_agree's `which`). */
+enum {
+  MEP__EPN_AGREE_DISPATCH,
+  MEP__EPN_AGREE_COMBINE,
+  MEP__EPN_AGREE_NOTIFY,
+  MEP__EPN_AGREE_KINDS
+};
+
 /* Phases of combine's send, each announced by a word per destination
  * (ep_normal_combine.cu). */
 #define MEP__EPN_CPHASES 16

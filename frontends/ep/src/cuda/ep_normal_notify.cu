@@ -101,7 +101,7 @@ __device__ void send_and_agree(const mep__epn_k_t &k, uint64_t seq,
     (void)mep_dev_signal(w, d, k.nsig + ((uint64_t)half * R + k.rank) * 8,
                          (seq << 32) | 1, deadline);
   }
-  epn_agree(k, 2, k.nsig, seq, half, deadline);
+  epn_agree(k, MEP__EPN_AGREE_NOTIFY, k.nsig, seq, half, deadline);
 }
 
 /* The last block, after the agreement: the matrices and the sources'
