@@ -710,7 +710,7 @@ class Buffer:
             _check(in_rank, "handle's is_token_in_rank", torch.bool, (n, size), dev)
             k, experts, per_rank, per_expert = 0, 0, None, None
             capacity = src_idx.shape[0]
-            outs = self._recv_outputs(capacity, xv, scales, nscales, 0, cached=True)
+            outs = self._recv_outputs(capacity, xv, scales, nscales, 0, src_idx)
         else:
             if num_tokens_per_rank is None or is_token_in_rank is None \
                     or num_tokens_per_expert is None:
@@ -780,8 +780,7 @@ class Buffer:
                 capacity = nrecv
                 outs = self._recv_outputs(capacity, xv, scales, nscales, k)
         cached = handle is not None
-        recv_x, recv_scales, new_src, recv_idx, recv_w = outs
-        src_idx = src_idx if cached else new_src
+        recv_x, recv_scales, src_idx, recv_idx, recv_w = outs
         dargs = _c.NormalDispatchArgs(
             struct_size=ctypes.sizeof(_c.NormalDispatchArgs), x=self._ptr(xv), num_tokens=n,
             hidden=hidden, x_elem_size=es,
@@ -819,17 +818,18 @@ class Buffer:
         return out_x, recv_idx, recv_w, counts, handle, event
 
     @staticmethod
-    def _recv_outputs(capacity, xv, scales, nscales, k, cached=False):
+    def _recv_outputs(capacity, xv, scales, nscales, k, src_idx=None):
         """A dispatch's outputs of `capacity` rows: (recv_x, recv_scales,
         recv_src_idx, recv_topk_idx, recv_topk_weights), None where the call
-        has none (a cached call's src_idx is the handle's). Left unset: the
-        call writes every row it receives (a lost source's too), and the
-        caller the rows past them."""
+        has none; src_idx when given (a cached call's, the handle's). Left
+        unset: the call writes every row it receives (a lost source's too),
+        and the caller the rows past them."""
         dev = xv.device
         return (torch.empty((capacity, xv.shape[1]), dtype=xv.dtype, device=dev),
                 torch.empty((capacity, nscales), dtype=scales.dtype, device=dev)
                 if scales is not None else None,
-                torch.empty(capacity, dtype=torch.int32, device=dev) if not cached else None,
+                torch.empty(capacity, dtype=torch.int32, device=dev) if src_idx is None
+                else src_idx,
                 torch.empty((capacity, k), dtype=torch.int64, device=dev) if k else None,
                 torch.empty((capacity, k), dtype=torch.float32, device=dev) if k else None)
 
