@@ -8,9 +8,10 @@
 #      compared, time per call (eager and CUDA graph) as a table;
 #   4. with --intranode, DeepEP's tests/test_intranode.py likewise (its
 #      normal mode) on each library; --no-ll leaves out 2 and 3 (the
-#      low-latency mode's test and benchmark).
+#      low-latency mode's test and benchmark), --bench-only leaves out all
+#      but 3.
 # Usage: scripts/deepep-side-by-side.sh DEEPEP_DIR [--ranks N] [--intranode] [--no-ll]
-#                                       [--no-build | --build-only]
+#                                       [--bench-only] [--no-build | --build-only]
 # DeepEP is not part of mep: DEEPEP_DIR is a checkout of it, copied to
 # ${DEEPEP_BUILD:-/tmp/deepep-build} (the checkout is not touched) and built
 # there with torch's extension builder (setup.py build_ext --inplace);
@@ -24,15 +25,17 @@
 # is relaxed as DeepEP's NVLink-only users relax it: NVSHMEM's IBGDA
 # transport stays off (its buffer.py turns it on) and the low-latency
 # kernel's assertion of one RC QP per local expert goes (there are no QPs);
-# NVSHMEM_REMOTE_TRANSPORT=none. Logs go to ${OUT:-/tmp/mep-deepep}.
+# NVSHMEM_REMOTE_TRANSPORT=none. Logs go to ${OUT:-/tmp/mep-deepep}; BENCH_ARGS
+# go to scripts/bench-deepep.py (e.g. "--hidden 4096").
 # Prints one line per step and "N passed, N failed"; exits 1 on a failure.
 set -uo pipefail
-src='' ranks=2 intranode=0 ll=1 build=1
+src='' ranks=2 intranode=0 ll=1 lltest=1 build=1
 while [ $# -gt 0 ]; do
   case $1 in
   --ranks) ranks=$2; shift ;;
   --intranode) intranode=1 ;;
   --no-ll) ll=0 ;;
+  --bench-only) lltest=0 intranode=0 ;;
   --no-build) build=0 ;;
   --build-only) build=2 ;;
   -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
@@ -93,11 +96,13 @@ sed -i 's/^import deep_ep$/import mep.ep as deep_ep/' "$tests"/test_*.py
 grep -q '^import mep.ep as deep_ep$' "$tests/test_low_latency.py" ||
   { echo "deepep-side-by-side.sh: no 'import deep_ep' line in test_low_latency.py"; exit 1; }
 args=(--num-processes "$ranks" --num-tokens 128 --hidden 7168 --num-topk 8 --num-experts 256)
-if [ $ll = 1 ]; then
+if [ $ll = 1 ] && [ $lltest = 1 ]; then
   step ll-deepep 300 env -C "$work/tests" PYTHONPATH="$work" python3 test_low_latency.py "${args[@]}"
   step ll-mep 300 env -C "$tests" PYTHONPATH="$mep_py" python3 test_low_latency.py "${args[@]}"
+fi
+if [ $ll = 1 ]; then
   step bench-deepep 400 env PYTHONPATH="$work:$mep_py" python3 scripts/bench-deepep.py \
-    --ranks "$ranks" --json "$out/bench-deepep.json"
+    --ranks "$ranks" --json "$out/bench-deepep.json" ${BENCH_ARGS:-}
 fi
 if [ $intranode = 1 ]; then
   step intranode-deepep 300 env -C "$work/tests" PYTHONPATH="$work" \
