@@ -9,6 +9,7 @@
 #     measures for tcp, in the same run.
 # Prints markdown for docs/perf.md. Usage: scripts/bench-coll.sh
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null

@@ -5,6 +5,7 @@
 # scripts/carry-inih.sh, when the system has none) and writes the table to
 # ${OUT:-/tmp}/bench-c10d.md.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 if ! pkg-config --exists inih 2>/dev/null; then
   export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig

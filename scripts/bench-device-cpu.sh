@@ -6,6 +6,7 @@
 # system has none.
 # Writes the full output to ${OUT:-/tmp}/bench-device-cpu.txt.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}/bench-device-cpu.txt
 if ! pkg-config --exists inih 2>/dev/null; then

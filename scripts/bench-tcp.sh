@@ -5,6 +5,7 @@
 # Each is run REPEAT times (default 3) and the median is reported, as a
 # markdown table ready for docs/perf.md. Usage: scripts/bench-tcp.sh [REPEAT]
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null

@@ -20,6 +20,7 @@
 # Usage: scripts/bench-verbs.sh [REPEAT]     (after scripts/setup.sh)
 # BUILD_DIR: the build tree to measure (default build).
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 repeat=${1:-5}
 if [ "${RUN_VM_INSIDE:-0}" != 1 ] && ! ls /sys/class/infiniband/* >/dev/null 2>&1; then

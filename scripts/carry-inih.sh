@@ -5,6 +5,7 @@
 # scripts/bench-device-*.sh scripts use it when pkg-config finds no inih,
 # tests/gpu/wheel.sh its static library (libinih.a, when this machine has it).
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 lib=$(pkg-config --variable=libdir inih)
 inc=$(pkg-config --variable=includedir inih)

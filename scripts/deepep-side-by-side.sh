@@ -29,6 +29,7 @@
 # go to scripts/bench-deepep.py (e.g. "--hidden 4096").
 # Prints one line per step and "N passed, N failed"; exits 1 on a failure.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 src='' ranks=2 intranode=0 ll=1 lltest=1 build=1
 while [ $# -gt 0 ]; do
   case $1 in
@@ -38,7 +39,6 @@ while [ $# -gt 0 ]; do
   --bench-only) lltest=0 intranode=0 ;;
   --no-build) build=0 ;;
   --build-only) build=2 ;;
-  -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
   -*) echo "deepep-side-by-side.sh: unknown argument $1" >&2; exit 2 ;;
   *) src=$1 ;;
   esac

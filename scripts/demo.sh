@@ -9,6 +9,7 @@
 # all-to-all example instead (examples/alltoall), saying why.
 # Usage: scripts/demo.sh [RANKS]
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh >/dev/null

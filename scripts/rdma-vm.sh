@@ -33,6 +33,7 @@
 # 30 times slower than on the host and timings are noisy; compare ratios
 # within one run only.
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 
 TIMEOUT=${MEP_VM_TIMEOUT:-1200}
 MEM=${MEP_VM_MEM:-4G}

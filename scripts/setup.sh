@@ -5,6 +5,7 @@
 # (scripts/venv.sh, docs/install.md).
 # Usage: scripts/setup.sh            (idempotent; re-running only rebuilds)
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 
 # libibverbs-dev builds the verbs plugin; rdma-core and ibverbs-providers

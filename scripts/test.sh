@@ -7,6 +7,7 @@
 # can run). Ends with one line "N passed, N failed, N skipped".
 # Usage: scripts/test.sh [--no-asan] [--no-vm]
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 

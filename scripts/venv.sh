@@ -14,8 +14,8 @@
 # Usage: scripts/venv.sh [PIP_ARGS...]   (e.g. -Csetup-args=-Dgpu_arch=sm_80;
 #        given arguments always reinstall; scripts/setup.sh runs it)
 set -euo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
-case ${1:-} in -h | --help) sed -n '2,15p' "$0" | cut -c3-; exit 0 ;; esac
 venv=$PWD/.venv
 if ! python3 -c 'import torch' >/dev/null 2>&1; then
   echo "venv: python3 has no torch, which mep's Python package needs; no .venv"

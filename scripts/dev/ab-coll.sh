@@ -8,6 +8,7 @@
 # header naming build, ranks, op, chunk and repetition.
 # Usage: scripts/dev/ab-coll.sh BEFORE_DIR [REPS]
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: $0 BEFORE_DIR [REPS]" >&2; exit 2; }
 before=$(cd "$1" && pwd) reps=${2:-2}

@@ -12,6 +12,7 @@
 # tables under $OUT (default /tmp/gpu-ar-ll).
 # Usage: scripts/dev/gpu-ar-ll.sh DEEPEP_DIR [REPS]
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 [ $# -ge 1 ] || { echo "usage: $0 DEEPEP_DIR [REPS]" >&2; exit 2; }
 cd "$(dirname "$0")/../.."
 deepep=$1 reps=${2:-3}

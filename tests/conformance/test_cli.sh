@@ -3,6 +3,7 @@
 # plugins that cannot be loaded, and a short benchmark run.
 # Usage: test_cli.sh TOOL BADABI.so NOSYM.so GOOD.so
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 tool=$1 badabi=$2 nosym=$3 good=$4
 fails=0
 

@@ -5,6 +5,7 @@
 # wrapper without a fault passes.
 # Usage: test_faults.sh TOOL FAULT.so GOOD.so
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 tool=$1 fault=$2 good=$3
 export MEP_FAULT_INNER="$good"
 fails=0

@@ -11,6 +11,7 @@
 # Exits 77 (skip) with the reason when namespaces, a bridge or veth pairs
 # cannot be made here (not root, no iproute2, no kernel support).
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 [ $# -ge 3 ] || { echo "usage: netns.sh FT_TEST SCENARIO NRANKS [KEY=VALUE...]" >&2; exit 2; }
 ft=$1 scen=$2 n=$3
 shift 3

@@ -14,12 +14,12 @@
 # test and "N passed, N failed" at the end; exits 1 on any failure.
 # SKIP="name ..." leaves tests out; BENCH_ARGS go to scripts/bench-cuda.py.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 phases=
 for a in "$@"; do
   case $a in
   --build | --tests | --python | --ep | --normal | --probe) phases="$phases ${a#--}" ;;
-  -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;;
   *) echo "run.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done

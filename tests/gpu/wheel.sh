@@ -19,8 +19,8 @@
 # Logs in ${OUT:-/tmp/mep-gpu-wheel}. Prints one line per check and
 # "N passed, N failed, N skipped" at the end; exits 1 on any failure.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
-case ${1:-} in -h | --help) sed -n '2,20p' "$0" | cut -c3-; exit 0 ;; esac
 src=$PWD
 out=${OUT:-/tmp/mep-gpu-wheel}
 rm -rf "$out" && mkdir -p "$out"

@@ -2,6 +2,7 @@
 # mep-info lists the tcp plugin as available and prints, for a local group of
 # 3 ranks, a full route table: self on the diagonal, tcp elsewhere.
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 out=$("$1" --size 3 --timeout-ms 30000 2>&1) || { echo "$out"; exit 1; }
 echo "$out"
 grep -q "^tcp$" <<<"$out" && grep -q "status:  available" <<<"$out" || exit 1

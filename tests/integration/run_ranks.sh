@@ -5,6 +5,7 @@
 # usage: run_ranks.sh BINARY NRANKS [ARGS...]   (each rank also gets
 #        --rank R --size N --store 127.0.0.1:PORT, PORT picked free)
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 bin=$1 n=$2
 shift 2
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

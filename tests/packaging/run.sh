@@ -19,6 +19,7 @@
 # Prints one line per check and ends with "N passed, N failed, N skipped";
 # logs in the work directory. Exits 1 on any failure.
 set -uo pipefail
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 src_root=$PWD
 cuda=auto keep=0

@@ -19,6 +19,7 @@
 # one SKIP line and exits 77. Logs: BUILD_DIR/verbs-vm-logs/NAME.log.
 # Environment: MEP_VM_TIMEOUT (s, whole VM, default 1500).
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 

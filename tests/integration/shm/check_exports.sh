@@ -2,6 +2,7 @@
 # The shm plugin must export exactly one symbol, mep_transport_plugin_v1,
 # and need nothing of libmep. Reads the plugin path from $1 or
 # $MEP_TEST_SHM_PLUGIN; exits 77 (skip) when neither is given.
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 plugin=${1:-$MEP_TEST_SHM_PLUGIN}
 if [ -z "$plugin" ]; then
   echo "SKIP: set MEP_TEST_SHM_PLUGIN to the out-of-tree build of libmep-transport-shm.so"

@@ -3,6 +3,7 @@
 # Every bad command line exits 2 with a message on stderr, before starting
 # any rank; --help exits 0 and lists every option.
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 perf=$1
 status=0
 bad() {

@@ -5,6 +5,7 @@
 # WRONG, "# errors: WRONG" ends the output, and the exit status is 0 when
 # WRONG is 0 and 1 otherwise.
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 rows=$1 wrong=$2
 shift 2
 out=$("$@" 2>&1)

@@ -5,6 +5,7 @@
 # prints it; ranks 1 and 2 connect to it. Rank 0's table must show every
 # size with 0 wrong elements, and every rank must exit 0.
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 perf=$1
 dir=$(mktemp -d)
 pids=()

@@ -6,6 +6,7 @@
 # the launcher's backstop), name the operation and mep's reason, print no
 # table row, and mep-perf must exit 1.
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 out=$(MEP_CORE_TIMEOUT_MS=30000 "$1" -n 2 -t 5 -b 64M -e 64M -w 0 -i 1 2>&1)
 rc=$?
 echo "$out"
