@@ -50,5 +50,5 @@ wait $dp || { echo "DeepEP build failed"; tail -20 "$out/deepep-build.log"; exit
 for ((i = 1; i <= reps; i++)); do
   echo "== bench-deepep run $i"
   OUT=$out/deepep scripts/deepep-side-by-side.sh "$deepep" --no-build --bench-only |
-    sed -n '/^NVIDIA\|^|/p'
+    grep -E '^NVIDIA|^\||MISMATCH|FAIL|bit-identical'
 done 2>&1 | tee "$out/bench-deepep.log"
