@@ -3,6 +3,7 @@
 #include "coll.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,54 @@ typedef struct chdr {
   int32_t root;
   uint32_t step, chunk;
   uint32_t sender, magic;
+  uint32_t landed; /* the payload went straight into the receiver's buffer
+                      (landing, below), not behind this header */
 } chdr_t;
 _Static_assert(sizeof(chdr_t) <= HDR_BYTES, "chunk header too large");
+
+/* Landing. At the start of a copy step a receiver tells each sender of a
+ * message of at least zc_min bytes where that message goes in its own
+ * buffer, registered locally (lregs) with the transport that routes to
+ * the sender: this landing message goes into the sender's `land` area
+ * (its slot for this rank), then the landing word sig[2n + receiver]
+ * counts it. A sender that holds the landing message of the very call
+ * and step (sequence number, digest, epoch, step) puts each chunk's
+ * payload there instead of behind the header, and marks the header: the
+ * receiver copies nothing. The header, the signal and the credits are as
+ * for any chunk, and the signal lands after the payload.
+ *
+ * Data that may still arrive from an abandoned attempt is harmless: in a
+ * copy step a sender's message is its own data at its own place (the
+ * degraded plans place every rank's block where the whole group's do),
+ * and a degraded all-reduce reduces each chunk only once every survivor's
+ * chunk of the new attempt is in, which its earlier writes precede. A
+ * collective that ends in error releases the registration of its buffer
+ * (advance), so nothing lands in it once it is the caller's again. */
+#define LAND_MAGIC 0x444e414cu /* "LAND" */
+typedef struct land {
+  uint64_t seq, digest;
+  uint64_t off;  /* of the message in the registered buffer */
+  uint64_t rlen; /* the registration's length */
+  uint32_t epoch, step, key_len, magic;
+  uint64_t sum;  /* land_sum */
+  uint8_t key[MEP_TP_MAX_RKEY];
+} land_t;
+
+/* FNV-1a over the message but its sum. The receiver rewrites its slot of
+ * outgoing landing messages for the next step without waiting for the
+ * put of the last one to finish reading it (a transport may read a
+ * source late), and the sender may read its slot while the next message
+ * lands: a message torn either way fails its sum and is not used. */
+static uint64_t land_sum(const land_t *m) {
+  land_t t = *m;
+  t.sum = 0;
+  size_t len = offsetof(land_t, key) +
+               (t.key_len <= MEP_TP_MAX_RKEY ? t.key_len : 0);
+  const uint8_t *b = (const uint8_t *)&t;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
 
 struct mep__coll {
   size_t chunk, slot;
@@ -62,6 +109,14 @@ struct mep__coll {
   mep__lregs_t *lregs;
   uint64_t *zc_issued;
   uint64_t zc_writes;               /* all of them, for tests */
+  /* Landing (above): [n] land_t from peers, then [n] to them. */
+  land_t *land;
+  mep_region_t *rl;
+  mep_region_t *shell;              /* receivers' buffers, imported */
+  uint64_t *land_sent;              /* landing messages sent per peer */
+  uint64_t *land_seen;              /* per peer: its landing word, read */
+  land_t *land_cur;                 /* per peer: its last landing message */
+  uint64_t landed;                  /* chunks this rank landed (tests) */
 };
 
 /* ------------------------------------------------------------ set-up */
@@ -92,7 +147,7 @@ int mep__coll_init(mep_comm_t *comm) {
   c->zc_min = c->chunk < ZC_MIN_BYTES ? c->chunk : ZC_MIN_BYTES;
   c->send_stage = malloc(n * 2 * c->slot);
   c->recv_stage = malloc(n * 2 * c->slot);
-  c->sig = calloc(2 * n, sizeof *c->sig);
+  c->sig = calloc(3 * n, sizeof *c->sig);
   c->held = calloc(n, sizeof *c->held);
   c->sent = calloc(n, sizeof *c->sent);
   c->consumed = calloc(n, sizeof *c->consumed);
@@ -100,9 +155,14 @@ int mep__coll_init(mep_comm_t *comm) {
   c->zc_issued = calloc(n, sizeof *c->zc_issued);
   comm->zc_done = calloc(n, sizeof *comm->zc_done);
   c->lregs = mep__lregs_new(comm, 8);
+  c->land = calloc(2 * n, sizeof *c->land);
+  c->land_sent = calloc(n, sizeof *c->land_sent);
+  c->land_seen = calloc(n, sizeof *c->land_seen);
+  c->land_cur = calloc(n, sizeof *c->land_cur);
   if (!c->send_stage || !c->recv_stage || !c->sig || !c->held || !c->sent ||
       !c->consumed || !c->acc || !c->zc_issued || !comm->zc_done ||
-      !c->lregs)
+      !c->lregs || !c->land || !c->land_sent ||
+      !c->land_seen || !c->land_cur)
     return mep__err(MEP_ERR_NOMEM, "collective staging of %zu bytes",
                     n * 4 * c->slot);
   rc = mep_region_register(comm, c->send_stage, n * 2 * c->slot,
@@ -111,8 +171,12 @@ int mep__coll_init(mep_comm_t *comm) {
     rc = mep_region_register(comm, c->recv_stage, n * 2 * c->slot,
                              MEP_MEM_HOST, &c->rr);
   if (rc == MEP_OK)
-    rc = mep_region_register(comm, c->sig, 2 * n * sizeof *c->sig,
+    rc = mep_region_register(comm, c->sig, 3 * n * sizeof *c->sig,
                              MEP_MEM_HOST, &c->rg);
+  if (rc == MEP_OK)
+    rc = mep_region_register(comm, c->land, 2 * n * sizeof *c->land,
+                             MEP_MEM_HOST, &c->rl);
+  if (rc == MEP_OK) rc = mep__region_shell(comm, &c->shell);
   return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
 }
 
@@ -120,6 +184,7 @@ int mep__coll_connect(mep_comm_t *comm) {
   struct mep__coll *c = comm->coll;
   int rc = mep__region_import_active(c->rr, mep__ft_act(comm));
   if (rc == MEP_OK) rc = mep__region_import_active(c->rg, mep__ft_act(comm));
+  if (rc == MEP_OK) rc = mep__region_import_active(c->rl, mep__ft_act(comm));
   return rc ? mep__err_wrap(rc, "collective staging") : MEP_OK;
 }
 
@@ -127,8 +192,11 @@ void mep__coll_reset_peer(mep_comm_t *comm, int p) {
   struct mep__coll *c = comm->coll;
   size_t n = (size_t)comm->max_size;
   c->sent[p] = c->consumed[p] = c->held[p] = 0;
-  for (size_t i = 0; i < 2; i++)
+  for (size_t i = 0; i < 3; i++)
     __atomic_store_n(&c->sig[i * n + (size_t)p], 0, __ATOMIC_RELEASE);
+  c->land_sent[p] = c->land_seen[p] = 0;
+  memset(&c->land[p], 0, sizeof *c->land);
+  memset(&c->land_cur[p], 0, sizeof *c->land_cur);
   memset(c->recv_stage + (size_t)p * 2 * c->slot, 0, 2 * c->slot);
   /* the old process's connection was closed: its writes never complete */
   c->zc_issued[p] = 0;
@@ -143,6 +211,10 @@ void mep__coll_zc_stats(const mep_comm_t *comm, uint64_t *writes,
   *made = mep__lregs_made(c->lregs);
 }
 
+uint64_t mep__coll_landed(const mep_comm_t *comm) {
+  return comm->coll->landed;
+}
+
 uint64_t mep__coll_ops(const mep_comm_t *comm) { return comm->coll->seq; }
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops) {
   comm->coll->seq = ops;
@@ -154,6 +226,8 @@ void mep__coll_fini(mep_comm_t *comm) {
   mep_region_deregister(c->rs);
   mep_region_deregister(c->rr);
   mep_region_deregister(c->rg);
+  mep_region_deregister(c->rl);
+  mep_region_deregister(c->shell);
   free(c->send_stage);
   free(c->recv_stage);
   free(c->sig);
@@ -164,6 +238,10 @@ void mep__coll_fini(mep_comm_t *comm) {
   free(c->aside);
   mep__lregs_free(c->lregs);
   free(c->zc_issued);
+  free(c->land);
+  free(c->land_sent);
+  free(c->land_seen);
+  free(c->land_cur);
   free((void *)comm->zc_done);
   comm->zc_done = NULL;
   free(c);
@@ -224,7 +302,8 @@ typedef struct op {
   uint64_t seq, epoch, digest, deadline, probe_end;
   int data_done, probed;
   mep_region_t *zreg[2]; /* the send and receive buffers, registered for
-                            zero-copy sends (NULL: staged; lregs owns) */
+                            zero-copy sends and landing (NULL: staged;
+                            lregs owns) */
   int finishing;         /* ended, but the transports may still read them */
   uint64_t fin_deadline;
   char waiting[160];
@@ -323,6 +402,58 @@ static int put_chunk(mep_comm_t *comm, int p, uint64_t seq, const uint8_t *src,
   return rc;
 }
 
+/* p's landing message for the running call and step, or NULL. A new one
+ * is read once its landing word moved: p writes the next only after it
+ * received every chunk this rank sends it in this step. */
+static const land_t *landing_from(mep_req_t *req, int p) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  uint64_t w = load(&c->sig[2 * (size_t)comm->max_size + p]);
+  if (w != c->land_seen[p]) {
+    land_t m;
+    memcpy(&m, &c->land[p], sizeof m);
+    if (m.key_len <= MEP_TP_MAX_RKEY && m.sum == land_sum(&m)) {
+      c->land_cur[p] = m;
+      c->land_seen[p] = w;
+    }
+  }
+  const land_t *l = &c->land_cur[p];
+  if (l->magic != LAND_MAGIC || l->seq != o->seq || l->digest != o->digest ||
+      l->epoch != (uint32_t)o->epoch || l->step != (uint32_t)o->step)
+    return NULL;
+  return l;
+}
+
+/* Puts chunk j's payload (len bytes at src, from z when zero-copy, else
+ * copied behind the staged header first) where p's landing message `l`
+ * says: MEP_OK, 1 when it does not fit there (stage it), or an error. */
+static int put_landed(mep_comm_t *comm, int p, uint64_t seq, const land_t *l,
+                      size_t j, const uint8_t *src, size_t len,
+                      const mep_region_t *z, size_t zoff) {
+  struct mep__coll *c = comm->coll;
+  uint64_t at = (uint64_t)j * c->chunk;
+  if (l->off > l->rlen || at > l->rlen - l->off ||
+      len > l->rlen - l->off - at ||
+      mep__region_adopt(c->shell, p, l->key, l->key_len, l->rlen) != MEP_OK) {
+    mep__err_clear();
+    return 1;
+  }
+  size_t off = stage_off(c, p, seq);
+  int rc;
+  if (z) {
+    rc = mep__put_tagged(comm, p, z, zoff, c->shell, l->off + at, len,
+                         MEP__TOKEN_ZC);
+    if (rc == MEP_OK) c->zc_issued[p]++, c->zc_writes++;
+  } else {
+    memcpy(c->send_stage + off + HDR_BYTES, src, len);
+    rc = mep_put(comm, p, c->rs, off + HDR_BYTES, c->shell, l->off + at,
+                 len);
+  }
+  if (rc == MEP_OK) c->landed++;
+  return rc;
+}
+
 /* Sends chunk j of the current step to p: 1 sent, 0 blocked, <0 error. */
 static int send_chunk(mep_req_t *req, int p, size_t j) {
   mep_comm_t *comm = req->comm;
@@ -343,11 +474,20 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
               .op = (uint8_t)o->plan.op, .root = o->plan.root,
               .step = (uint32_t)o->step, .chunk = (uint32_t)j,
               .sender = (uint32_t)comm->rank, .magic = HDR_MAGIC};
-  memcpy(slot, &h, sizeof h);
   const uint8_t *src = len ? st->sptr[p] + j * c->chunk : NULL;
   size_t zoff = 0;
   const mep_region_t *z = zc_source(comm, o, p, src, len, &zoff);
-  int rc = put_chunk(comm, p, seq, src, len, z, zoff);
+  const land_t *l = len ? landing_from(req, p) : NULL;
+  int rc = l ? put_landed(comm, p, seq, l, j, src, len, z, zoff) : 1;
+  if (rc == MEP_OK) {
+    h.landed = 1;
+    memcpy(slot, &h, sizeof h);
+    rc = mep_put(comm, p, c->rs, stage_off(c, p, seq), c->rr,
+                 stage_off(c, comm->rank, seq), HDR_BYTES);
+  } else if (rc == 1) {
+    memcpy(slot, &h, sizeof h);
+    rc = put_chunk(comm, p, seq, src, len, z, zoff);
+  }
   if (rc == MEP_OK)
     rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
                     MEP_SIGNAL_SET);
@@ -363,10 +503,10 @@ static int stale(const op_t *o, const chdr_t *h) {
          h->seq <= o->seq;
 }
 
-/* The header of the next chunk from s, once it is there: 1 ready (*hdr and
- * *payload set), 0 not yet, <0 error (request failed). */
+/* The header of the next chunk from s, once it is there: 1 ready
+ * (*payload and *landed set), 0 not yet, <0 error (request failed). */
 static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
-                      const uint8_t **payload) {
+                      const uint8_t **payload, int *landed) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
@@ -406,6 +546,7 @@ static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
     return MEP_ERR_MISMATCH;
   }
   *payload = slot + HDR_BYTES;
+  *landed = h.landed != 0;
   return 1;
 }
 
@@ -499,10 +640,11 @@ static int recv_copy(mep_req_t *req, int s, size_t j) {
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
   const uint8_t *payload;
-  int rc = chunk_from(req, s, j, st->rbytes[s], &payload);
+  int landed;
+  int rc = chunk_from(req, s, j, st->rbytes[s], &payload, &landed);
   if (rc <= 0) return rc;
   size_t len = chunk_len(c, st->rbytes[s], j);
-  if (len) memcpy(st->rptr[s] + j * c->chunk, payload, len);
+  if (len && !landed) memcpy(st->rptr[s] + j * c->chunk, payload, len);
   rc = consume(req, s, j);
   return rc ? rc : 1;
 }
@@ -522,8 +664,14 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
   uint8_t *out = st->rout + j * c->chunk;
   const uint8_t *src = st->rself + j * c->chunk;
   if (s != comm->rank) {
-    int rc = chunk_from(req, s, j, st->rlen, &src);
+    int landed;
+    int rc = chunk_from(req, s, j, st->rlen, &src, &landed);
     if (rc <= 0) return rc;
+    if (landed) { /* this rank sent no landing message for a reduction */
+      fail(req, MEP_ERR_PROTOCOL, "rank %d put a chunk of a reduction "
+           "into this rank's buffer", s);
+      return MEP_ERR_PROTOCOL;
+    }
   }
   if (s == o->first && s != o->last) {
     o->pend = src;
@@ -554,6 +702,37 @@ static int reducing(const mep__step_t *st) {
   return st->reduce && st->reduce_here;
 }
 
+/* Tells s where its message of this step goes in this rank's buffer
+ * (landing, top), where the buffer is registered with s's transport. A
+ * put that fails costs only the copy. */
+static void send_landing(mep_req_t *req, int s) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  const mep__step_t *st = &o->plan.steps[o->step];
+  const mep_region_t *z = o->zreg[1];
+  const void *key = NULL;
+  size_t klen = z ? mep__region_key(z, comm->peers[s].tp, &key) : 0;
+  uintptr_t a = (uintptr_t)st->rptr[s], base = z ? (uintptr_t)z->ptr : 0;
+  if (!klen || peer_dead(comm, s) || a < base || st->rbytes[s] > z->len ||
+      a - base > z->len - st->rbytes[s])
+    return;
+  size_t n = (size_t)comm->max_size;
+  land_t *m = &c->land[n + (size_t)s];
+  *m = (land_t){.seq = o->seq, .digest = o->digest, .off = a - base,
+                .rlen = z->len, .epoch = (uint32_t)o->epoch,
+                .step = (uint32_t)o->step, .key_len = (uint32_t)klen,
+                .magic = LAND_MAGIC};
+  memcpy(m->key, key, klen);
+  m->sum = land_sum(m);
+  int rc = mep_put(comm, s, c->rl, (n + (size_t)s) * sizeof *m, c->rl,
+                   (size_t)comm->rank * sizeof *m, sizeof *m);
+  if (rc == MEP_OK)
+    rc = mep_signal(comm, s, c->rg, (2 * n + (size_t)comm->rank) * 8,
+                    ++c->land_sent[s], MEP_SIGNAL_SET);
+  if (rc) mep__err_clear();
+}
+
 static void start_step(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
@@ -575,6 +754,10 @@ static void start_step(mep_req_t *req) {
   if (reducing(st)) o->rmax = nchunks(c, st->rlen);
   if (!reducing(st) && st->send_to[me] && st->recv_from[me] && st->sbytes[me])
     memmove(st->rptr[me], st->sptr[me], st->sbytes[me]);
+  for (int p = 0; !reducing(st) && p < comm->size; p++)
+    if (p != me && st->recv_from[p] && o->act[p] &&
+        st->rbytes[p] >= c->zc_min)
+      send_landing(req, p);
   o->started = 1;
 }
 
@@ -778,13 +961,40 @@ static void send_extents(const mep_comm_t *comm, const mep__coll_spec_t *s,
   if (!s->recv) *out = 0;
 }
 
+/* The bytes of the caller's output that copy steps write (landing, top):
+ * 0 for reductions, whose output is computed here. */
+static size_t land_extent(const mep_comm_t *comm, const mep__coll_spec_t *s) {
+  size_t n = (size_t)comm->size, b = s->count * mep_dtype_size(s->dtype);
+  size_t e = 0;
+  switch (s->kind) {
+  case MEP__COLL_ALLREDUCE:
+  case MEP__COLL_BROADCAST:
+  case MEP__COLL_SCATTER: e = b; break;
+  case MEP__COLL_ALLGATHER:
+  case MEP__COLL_ALLTOALL:
+  case MEP__COLL_GATHER: e = n * b; break;
+  case MEP__COLL_ALLTOALLV:
+    for (size_t p = 0; p < n; p++) {
+      size_t end = (s->v[3 * n + p] + s->v[2 * n + p]) *
+                   mep_dtype_size(s->dtype);
+      if (s->v[2 * n + p] && end > e) e = end;
+    }
+    break;
+  default: break;
+  }
+  return s->recv ? e : 0;
+}
+
 /* Registers (or finds registered) the buffers large enough for chunks to
- * leave from them. A registration that fails only costs the copy. */
+ * leave from them, or to land in them. A registration that fails only
+ * costs the copy. */
 static void zc_setup(mep_req_t *req) {
   struct mep__coll *c = req->comm->coll;
   op_t *o = req->impl;
   size_t in, out;
   send_extents(req->comm, &o->spec, &in, &out);
+  size_t land = land_extent(req->comm, &o->spec);
+  if (land > out) out = land; /* one registration serves both */
   if (in >= c->zc_min &&
       mep__lregs_get(c->lregs, o->spec.send, in, &o->zreg[0]) != MEP_OK)
     o->zreg[0] = NULL;
@@ -901,6 +1111,12 @@ static int advance(mep_req_t *req) {
   if (!o->finishing) {
     int rc = run(req);
     if (rc != MEP__ADV_DONE) return rc;
+    /* peers that had a landing message may still put into the caller's
+     * buffer: not once the call returned (landing, top) */
+    if (req->status < 0 && o->zreg[1]) {
+      mep__lregs_drop(comm->coll->lregs, o->zreg[1]);
+      o->zreg[1] = NULL;
+    }
     o->finishing = 1;
     o->fin_deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
   }

@@ -43,6 +43,9 @@ void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops);
  * the registration cache: entries held, registrations made. For tests. */
 void mep__coll_zc_stats(const mep_comm_t *comm, uint64_t *writes,
                         int *entries, unsigned long *made);
+/* Chunks this rank put straight into receivers' buffers so far (landing,
+ * coll.c). For tests. */
+uint64_t mep__coll_landed(const mep_comm_t *comm);
 
 /* Starts `spec` (ownership passes) as a collective request, with the
  * request hooks `hooks` (NULL: none; req.h). */

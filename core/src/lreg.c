@@ -90,6 +90,15 @@ int mep__lregs_get(mep__lregs_t *c, const void *ptr, size_t len,
   return MEP_OK;
 }
 
+void mep__lregs_drop(mep__lregs_t *c, mep_region_t *r) {
+  for (int i = 0; c && r && i < c->n; i++) {
+    if (c->e[i].reg != r) continue;
+    mep_region_deregister(r);
+    c->e[i] = c->e[--c->n];
+    return;
+  }
+}
+
 int mep__lregs_count(const mep__lregs_t *c) { return c ? c->n : 0; }
 unsigned long mep__lregs_made(const mep__lregs_t *c) {
   return c ? c->made : 0;

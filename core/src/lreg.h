@@ -35,6 +35,9 @@ void mep__lregs_free(mep__lregs_t *c);
  * nothing registered) or MEP_ERR_NOMEM. */
 int mep__lregs_get(mep__lregs_t *c, const void *ptr, size_t len,
                    mep_region_t **out);
+/* Deregisters r and forgets its entry, if the cache holds it: a buffer
+ * peers may still write into after a failed collective. */
+void mep__lregs_drop(mep__lregs_t *c, mep_region_t *r);
 /* Entries held and registrations made so far (for tests). */
 int mep__lregs_count(const mep__lregs_t *c);
 unsigned long mep__lregs_made(const mep__lregs_t *c);

@@ -141,22 +141,37 @@ int mep_region_deregister(mep_region_t *r) {
   pthread_mutex_destroy(&r->lock);
   free(r->mrs);
   free(r->remote);
+  free(r->keys);
+  free(r->key_lens);
   free(r);
   return MEP_OK;
+}
+
+/* Room for n keys; MEP_OK or MEP_ERR_NOMEM. */
+static int keys_new(mep_region_t *r, size_t n) {
+  r->keys = malloc(n * MEP_TP_MAX_RKEY);
+  r->key_lens = calloc(n, sizeof *r->key_lens);
+  return r->keys && r->key_lens ? MEP_OK
+                                 : mep__err(MEP_ERR_NOMEM, "out of memory");
 }
 
 int mep__region_local(mep_comm_t *comm, const void *ptr, size_t len,
                       mep_region_t **out) {
   mep_region_t *r = region_new(comm, (void *)ptr, len, MEP_MEM_HOST);
   if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  if (keys_new(r, (size_t)comm->ntps)) {
+    mep_region_deregister(r);
+    return MEP_ERR_NOMEM;
+  }
   for (int i = 0; i < comm->ntps; i++) {
     mep__tp_t *tp = &comm->tps[i];
     if (!tp->used || !(tp->props.mem_kinds & (1u << MEP_MEM_HOST))) continue;
-    uint8_t rkey[MEP_TP_MAX_RKEY];
-    size_t rlen = sizeof rkey;
-    if (tp->vt->reg(tp->ctx, r->ptr, len, MEP_MEM_HOST, &r->mrs[i], rkey,
-                    &rlen) != MEP_OK)
+    size_t rlen = MEP_TP_MAX_RKEY;
+    if (tp->vt->reg(tp->ctx, r->ptr, len, MEP_MEM_HOST, &r->mrs[i],
+                    r->keys + (size_t)i * MEP_TP_MAX_RKEY, &rlen) != MEP_OK)
       r->mrs[i] = NULL; /* its peers keep the staged path */
+    else
+      r->key_lens[i] = (uint32_t)rlen;
   }
   *out = r;
   return MEP_OK;
@@ -241,8 +256,67 @@ void mep__region_forget(mep_region_t *r, int peer) {
 int mep__region_remote(mep_region_t *r, int peer, mep__remote_t **out) {
   mep__remote_t *rem = &r->remote[peer];
   pthread_mutex_lock(&r->lock);
-  int rc = rem->rmr ? MEP_OK : import_remote(r, peer, rem);
+  int rc = rem->rmr  ? MEP_OK
+           : r->shell ? mep__err(MEP_ERR_PEER_FAILED, "rank %d: the import "
+                                 "of its region was released (it left the "
+                                 "group)", peer)
+                      : import_remote(r, peer, rem);
   pthread_mutex_unlock(&r->lock);
   *out = rem;
+  return rc;
+}
+
+size_t mep__region_key(const mep_region_t *r, int tp, const void **key) {
+  if (!r->keys || tp < 0 || tp >= r->comm->ntps || !r->mrs[tp]) return 0;
+  *key = r->keys + (size_t)tp * MEP_TP_MAX_RKEY;
+  return r->key_lens[tp];
+}
+
+int mep__region_shell(mep_comm_t *comm, mep_region_t **out) {
+  mep_region_t *r = region_new(comm, NULL, 0, MEP_MEM_HOST);
+  if (!r) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  r->shell = 1;
+  r->remote = calloc((size_t)comm->max_size, sizeof *r->remote);
+  int rc = r->remote ? keys_new(r, (size_t)comm->max_size)
+                     : mep__err(MEP_ERR_NOMEM, "out of memory");
+  if (rc == MEP_OK) {
+    pthread_mutex_lock(&comm->lock);
+    rc = track(comm, r);
+    pthread_mutex_unlock(&comm->lock);
+  }
+  if (rc) {
+    mep_region_deregister(r);
+    return rc;
+  }
+  *out = r;
+  return MEP_OK;
+}
+
+int mep__region_adopt(mep_region_t *shell, int peer, const void *key,
+                      size_t len, uint64_t rlen) {
+  mep_comm_t *comm = shell->comm;
+  mep__peer_t *pe = &comm->peers[peer];
+  if (!len || len > MEP_TP_MAX_RKEY || !pe->ep)
+    return mep__err(MEP_ERR_INVALID, "a key of %zu bytes from rank %d", len,
+                    peer);
+  uint8_t *have = shell->keys + (size_t)peer * MEP_TP_MAX_RKEY;
+  mep__remote_t *rem = &shell->remote[peer];
+  pthread_mutex_lock(&shell->lock);
+  int rc = MEP_OK;
+  if (!rem->rmr || shell->key_lens[peer] != len || memcmp(have, key, len)) {
+    const mep_transport_t *vt = comm->tps[pe->tp].vt;
+    if (rem->rmr) vt->unimport(pe->ep, rem->rmr);
+    rem->rmr = NULL;
+    shell->key_lens[peer] = 0;
+    rc = vt->import(pe->ep, key, len, &rem->rmr);
+    if (rc == MEP_OK) {
+      memcpy(have, key, len);
+      shell->key_lens[peer] = (uint32_t)len;
+    } else {
+      rem->rmr = NULL;
+    }
+  }
+  if (rc == MEP_OK) rem->len = rlen;
+  pthread_mutex_unlock(&shell->lock);
   return rc;
 }

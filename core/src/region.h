@@ -21,6 +21,12 @@ struct mep_region {
   mep_tp_mr_t **mrs;   /* per transport of the comm (NULL if unused) */
   pthread_mutex_t lock; /* imports */
   mep__remote_t *remote; /* per peer */
+  /* A local region's keys per transport (mep__region_local), or a shell's
+   * adopted keys per peer (mep__region_adopt): MEP_TP_MAX_RKEY bytes
+   * each, key_lens[i] of them used (0: none). NULL for other regions. */
+  uint8_t *keys;
+  uint32_t *key_lens;
+  int shell; /* mep__region_shell: no memory, nothing in the store */
 };
 
 /* The peer's instance of `r`, imported on first use (waiting for the
@@ -51,5 +57,24 @@ int mep__put_tagged(mep_comm_t *comm, int peer, const mep_region_t *src,
  * from it. Freed with mep_region_deregister. */
 int mep__region_local(mep_comm_t *comm, const void *ptr, size_t len,
                       mep_region_t **out);
+
+/* The remote key of the local registration r (mep__region_local) with
+ * transport tp: its length and *key, or 0 when tp did not register r. */
+size_t mep__region_key(const mep_region_t *r, int tp, const void **key);
+
+/* A put destination without memory of its own, standing for regions that
+ * peers made known by their keys alone (mep__region_adopt), one per peer
+ * at a time. It is tracked like a registered region, so a dropped peer's
+ * import is released with the others'; a put to a peer whose instance
+ * was released fails with MEP_ERR_PEER_FAILED. Freed with
+ * mep_region_deregister. */
+int mep__region_shell(mep_comm_t *comm, mep_region_t **out);
+/* Makes the peer's region of rlen bytes named by `key` (len bytes, for
+ * the transport that routes to the peer) the shell's instance for peer,
+ * importing it unless the same key is imported already (an earlier
+ * instance is released). 0, or the import's error (then the shell has no
+ * instance for peer). */
+int mep__region_adopt(mep_region_t *shell, int peer, const void *key,
+                      size_t len, uint64_t rlen);
 
 #endif

@@ -2,9 +2,9 @@
 # A/B of the host collectives on tcp over loopback: this tree against
 # another source tree of the project (BEFORE_DIR, e.g. made with
 # `git archive REV | tar -x -C DIR`), both built release without CUDA;
-# mep-perf's all-reduce and reduce-scatter on 2 and 4 ranks from 1 MiB to
-# 64 MiB, the two builds interleaved REPS times (default 2), at the default
-# chunk and at CHUNK_B (default 4 MiB). Prints mep-perf's rows under a
+# mep-perf's all-reduce and reduce-scatter (or the operations OPS names) on
+# 2 and 4 ranks from 1 MiB to 64 MiB, the two builds interleaved REPS times
+# (default 2), at the default chunk and at CHUNK_B (default 4 MiB). Prints mep-perf's rows under a
 # header naming build, ranks, op, chunk and repetition.
 # Usage: scripts/dev/ab-coll.sh BEFORE_DIR [REPS]
 set -uo pipefail
@@ -26,7 +26,7 @@ for v in before after; do
 done
 export MEP_TCP_IFNAME=lo MEP_TRANSPORTS=tcp MEP_LOG=error
 for ((i = 1; i <= reps; i++)); do
-  for n in 2 4; do for op in allreduce reduce_scatter; do
+  for n in 2 4; do for op in ${OPS:-allreduce reduce_scatter}; do
     for ch in 1048576 "${CHUNK_B:-4194304}"; do for v in before after; do
       echo "== $v n=$n $op chunk=$ch rep=$i"
       MEP_CORE_CHUNK_BYTES=$ch MEP_PLUGIN_PATH=/tmp/ab-$v/plugins/tcp \

@@ -271,11 +271,14 @@ static uint64_t load_word(const uint8_t *p) {
 }
 
 /* Polls until every expected token completed and the word at `off` of our
- * signal region reaches `want`. Tokens are [first, first + n). */
+ * signal region reaches `want`. Tokens are [first, first + n). The
+ * deadline is on silence: a round that keeps moving on a loaded machine
+ * (sanitizers, other jobs) is slow, not hung. */
 static void wait_round(pair_t *p, uint64_t first, int n, size_t off,
                        uint64_t want) {
   char *seen = calloc((size_t)n + 1, 1);
   int done = 0;
+  uint64_t last = load_word(p->sig + off);
   int64_t deadline = now_ms() + WAIT_MS;
   for (;;) {
     mep_tp_completion_t c[16];
@@ -295,13 +298,15 @@ static void wait_round(pair_t *p, uint64_t first, int n, size_t off,
       done++;
     }
     uint64_t v = load_word(p->sig + off);
+    if (got > 0 || v != last) deadline = now_ms() + WAIT_MS;
+    last = v;
     if (done == n && v >= want) {
       CHECK(v == want, "signal word at %zu is %llu, want %llu", off,
             (unsigned long long)v, (unsigned long long)want);
       break;
     }
     CHECK(now_ms() < deadline,
-          "round not complete after %d ms: %d of %d tokens, word %llu of %llu",
+          "round stalled for %d ms: %d of %d tokens, word %llu of %llu",
           WAIT_MS, done, n, (unsigned long long)v, (unsigned long long)want);
   }
   free(seen);

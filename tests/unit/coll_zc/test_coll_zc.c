@@ -19,7 +19,10 @@
  *   pinned  with the transports marked as pinning pages (not
  *           reg_by_address), nothing is registered and every chunk is
  *           staged: results still right
- *   path    large chunks did take the zero-copy path, small ones did not
+ *   path    large chunks did take the zero-copy path, small ones did not;
+ *           chunks of copy steps landed straight in receivers' buffers
+ *           (every chunk a sender sends after a receiver's first credit:
+ *           the receiver's landing message precedes it), reductions never
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -310,12 +313,20 @@ static void path(mep_comm_t *comm) {
   uint64_t w1 = writes_now(comm, NULL, NULL);
   CHECK(w1 == w0, "rank %d: %llu zero-copy writes for small messages", me,
         (unsigned long long)(w1 - w0));
+  uint64_t l1 = mep__coll_landed(comm);
   check_alltoall(comm, 4 * CHUNK);
-  uint64_t w2 = writes_now(comm, NULL, NULL);
+  uint64_t w2 = writes_now(comm, NULL, NULL), l2 = mep__coll_landed(comm);
+  uint64_t peers = (uint64_t)(mep_comm_size(comm) - 1);
   /* 4 chunks to each peer */
-  CHECK(w2 - w1 == 4u * (uint64_t)(mep_comm_size(comm) - 1), "rank %d: %llu "
-        "zero-copy writes for an all-to-all of 4 chunks per peer", me,
-        (unsigned long long)(w2 - w1));
+  CHECK(w2 - w1 == 4u * peers, "rank %d: %llu zero-copy writes for an "
+        "all-to-all of 4 chunks per peer", me, (unsigned long long)(w2 - w1));
+  /* chunks 2 and 3 wait for credits, which follow the landing message */
+  CHECK(l2 - l1 >= 2u * peers && l2 - l1 <= 4u * peers, "rank %d: %llu of "
+        "%llu chunks landed in the receivers' buffers", me,
+        (unsigned long long)(l2 - l1), (unsigned long long)(4u * peers));
+  check_reduce_scatter(comm, 4 * CHUNK);
+  CHECK(mep__coll_landed(comm) == l2, "rank %d: a reduction's chunks landed "
+        "in a receiver's buffer", me);
 }
 
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
