@@ -382,6 +382,13 @@ static const mep_region_t *zc_source(const mep_comm_t *comm, const op_t *o,
   return NULL;
 }
 
+/* Puts the staged header of the chunk in `seq`'s slot to p, alone. */
+static int put_header(mep_comm_t *comm, int p, uint64_t seq) {
+  struct mep__coll *c = comm->coll;
+  return mep_put(comm, p, c->rs, stage_off(c, p, seq), c->rr,
+                 stage_off(c, comm->rank, seq), HDR_BYTES);
+}
+
 /* Puts the staged header of the chunk in `seq`'s slot and its payload to
  * p: from the slot behind the header, or straight from the caller's
  * buffer `z` (zero-copy: no copy in; the payload lands behind the header
@@ -394,7 +401,7 @@ static int put_chunk(mep_comm_t *comm, int p, uint64_t seq, const uint8_t *src,
     if (len) memcpy(c->send_stage + off + HDR_BYTES, src, len);
     return mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES + len);
   }
-  int rc = mep_put(comm, p, c->rs, off, c->rr, roff, HDR_BYTES);
+  int rc = put_header(comm, p, seq);
   if (rc == MEP_OK)
     rc = mep__put_tagged(comm, p, z, zoff, c->rr, roff + HDR_BYTES, len,
                          MEP__TOKEN_ZC);
@@ -479,15 +486,12 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
   const mep_region_t *z = zc_source(comm, o, p, src, len, &zoff);
   const land_t *l = len ? landing_from(req, p) : NULL;
   int rc = l ? put_landed(comm, p, seq, l, j, src, len, z, zoff) : 1;
-  if (rc == MEP_OK) {
-    h.landed = 1;
-    memcpy(slot, &h, sizeof h);
-    rc = mep_put(comm, p, c->rs, stage_off(c, p, seq), c->rr,
-                 stage_off(c, comm->rank, seq), HDR_BYTES);
-  } else if (rc == 1) {
-    memcpy(slot, &h, sizeof h);
+  h.landed = rc == MEP_OK;
+  memcpy(slot, &h, sizeof h);
+  if (rc == MEP_OK)
+    rc = put_header(comm, p, seq);
+  else if (rc == 1)
     rc = put_chunk(comm, p, seq, src, len, z, zoff);
-  }
   if (rc == MEP_OK)
     rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
                     MEP_SIGNAL_SET);
@@ -931,58 +935,55 @@ static int copy_aside(mep_req_t *req) {
   return MEP_OK;
 }
 
-/* The bytes of the caller's buffers that this rank's plan sends from: the
- * input (after copy_aside) and, for all-reduce's and broadcast's second
- * step, the output. 0: none (a root of reduce or gather, a non-root of
- * scatter send nothing, and may pass anything). */
-static void send_extents(const mep_comm_t *comm, const mep__coll_spec_t *s,
-                         size_t *in, size_t *out) {
-  size_t n = (size_t)comm->size, b = s->count * mep_dtype_size(s->dtype);
+/* The end of the furthest of n blocks of count[p] elements at displ[p]
+ * (alltoallv's), in bytes. */
+static size_t v_extent(const size_t *count, const size_t *displ, size_t n,
+                       size_t ds) {
+  size_t e = 0;
+  for (size_t p = 0; p < n; p++)
+    if (count[p] && (displ[p] + count[p]) * ds > e)
+      e = (displ[p] + count[p]) * ds;
+  return e;
+}
+
+/* The bytes of the caller's buffers that this rank's plan uses directly:
+ * of the input, what it sends from (after copy_aside); of the output,
+ * what all-reduce's and broadcast's second step sends from and what copy
+ * steps land in (landing, top). 0: none (a root of reduce or gather, a
+ * non-root of scatter send nothing, and may pass anything; reductions
+ * compute their output here). */
+static void buffer_extents(const mep_comm_t *comm, const mep__coll_spec_t *s,
+                           size_t *in, size_t *out) {
+  size_t n = (size_t)comm->size, ds = mep_dtype_size(s->dtype);
+  size_t b = s->count * ds;
   int root = s->root == comm->rank;
   *in = *out = 0;
   switch (s->kind) {
   case MEP__COLL_ALLREDUCE: *in = *out = b; break;
   case MEP__COLL_BROADCAST: *out = b; break;
-  case MEP__COLL_REDUCE:
-  case MEP__COLL_GATHER: *in = root ? 0 : b; break;
-  case MEP__COLL_ALLGATHER: *in = b; break;
-  case MEP__COLL_SCATTER: *in = root ? n * b : 0; break;
-  case MEP__COLL_REDUCE_SCATTER:
-  case MEP__COLL_ALLTOALL: *in = n * b; break;
+  case MEP__COLL_REDUCE: *in = root ? 0 : b; break;
+  case MEP__COLL_GATHER:
+    *in = root ? 0 : b;
+    *out = n * b;
+    break;
+  case MEP__COLL_ALLGATHER:
+    *in = b;
+    *out = n * b;
+    break;
+  case MEP__COLL_SCATTER:
+    *in = root ? n * b : 0;
+    *out = b;
+    break;
+  case MEP__COLL_REDUCE_SCATTER: *in = n * b; break;
+  case MEP__COLL_ALLTOALL: *in = *out = n * b; break;
   case MEP__COLL_ALLTOALLV:
-    for (size_t p = 0; p < n; p++) {
-      size_t e = (s->v[n + p] + s->v[p]) * mep_dtype_size(s->dtype);
-      if (s->v[p] && e > *in) *in = e;
-    }
+    *in = v_extent(s->v, s->v + n, n, ds);
+    *out = v_extent(s->v + 2 * n, s->v + 3 * n, n, ds);
     break;
   default: break;
   }
   if (!s->send) *in = 0;
   if (!s->recv) *out = 0;
-}
-
-/* The bytes of the caller's output that copy steps write (landing, top):
- * 0 for reductions, whose output is computed here. */
-static size_t land_extent(const mep_comm_t *comm, const mep__coll_spec_t *s) {
-  size_t n = (size_t)comm->size, b = s->count * mep_dtype_size(s->dtype);
-  size_t e = 0;
-  switch (s->kind) {
-  case MEP__COLL_ALLREDUCE:
-  case MEP__COLL_BROADCAST:
-  case MEP__COLL_SCATTER: e = b; break;
-  case MEP__COLL_ALLGATHER:
-  case MEP__COLL_ALLTOALL:
-  case MEP__COLL_GATHER: e = n * b; break;
-  case MEP__COLL_ALLTOALLV:
-    for (size_t p = 0; p < n; p++) {
-      size_t end = (s->v[3 * n + p] + s->v[2 * n + p]) *
-                   mep_dtype_size(s->dtype);
-      if (s->v[2 * n + p] && end > e) e = end;
-    }
-    break;
-  default: break;
-  }
-  return s->recv ? e : 0;
 }
 
 /* Registers (or finds registered) the buffers large enough for chunks to
@@ -992,9 +993,7 @@ static void zc_setup(mep_req_t *req) {
   struct mep__coll *c = req->comm->coll;
   op_t *o = req->impl;
   size_t in, out;
-  send_extents(req->comm, &o->spec, &in, &out);
-  size_t land = land_extent(req->comm, &o->spec);
-  if (land > out) out = land; /* one registration serves both */
+  buffer_extents(req->comm, &o->spec, &in, &out);
   if (in >= c->zc_min &&
       mep__lregs_get(c->lregs, o->spec.send, in, &o->zreg[0]) != MEP_OK)
     o->zreg[0] = NULL;
