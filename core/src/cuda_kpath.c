@@ -126,7 +126,8 @@ static int shape(mep_comm_t *comm, int64_t *ws, int64_t *blocks) {
 static int build(mep_comm_t *comm, struct mep__kpath *kp, const uint8_t *act) {
   int rc = alloc_kp(comm, kp);
   if (!rc) rc = mep__devshare_open(comm, "kpath", generation, kp->ws,
-                                   kp->ws_bytes, kp->routes, &kp->share);
+                                   kp->ws_bytes, MEP_MEM_CUDA, kp->routes,
+                                   &kp->share);
   if (rc) return mep__err_wrap(rc, "the CUDA kernel path: its workspace");
   void **host = calloc((size_t)kp->n, sizeof *host);
   if (!host) return mep__err(MEP_ERR_NOMEM, "out of memory");

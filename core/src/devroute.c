@@ -14,19 +14,21 @@
 #include "plugin.h"
 #include "route.h"
 
+/* The choice among the transports of one kind for one peer. */
 typedef struct entry {
   int state;       /* 0: not chosen yet, 1: chosen, -1: none serves it */
   int64_t inc;     /* the peer's incarnation it was chosen for */
-  unsigned kinds;  /* asked for when it was chosen */
   int own_ep;      /* the route opened its connection (close it) */
   mep__devroute_t r;
   char why[512];
 } entry_t;
 
+#define NKINDS (MEP_DEV_PROXY + 1)
+
 struct mep__devroutes {
   pthread_mutex_t mu;
   uint64_t gen; /* of the last choice */
-  entry_t *e;   /* [max_size] */
+  entry_t *e;   /* [max_size][NKINDS] */
 };
 
 /* Appends "; <fmt>" to why. */
@@ -42,30 +44,32 @@ static void note(char *why, size_t len, const char *fmt, ...) {
   va_end(ap);
 }
 
-static int has_descriptors(const mep_transport_t *vt) {
-  return MEP_TP_HAS(vt, device_region) && vt->device_descriptor &&
-         vt->device_region;
+/* The descriptor functions its kind needs: the peer and region parts,
+ * and for kinds whose kernels name their own memory (MEP_DEV_MLX5) the
+ * local part too. */
+static int has_descriptors(const mep_transport_t *vt, mep_dev_kind_t kind) {
+  if (!MEP_TP_HAS(vt, device_region) || !vt->device_descriptor ||
+      !vt->device_region)
+    return 0;
+  return kind != MEP_DEV_MLX5 ||
+         (MEP_TP_HAS(vt, device_local) && vt->device_local);
 }
 
-/* A transport may serve kernels for peers at all: it runs, the user did
- * not rule it out, and it declares a kind the kernels know. */
-static int eligible(const mep__tp_t *tp, const char *only, unsigned kinds,
+/* A transport may serve kernels of `kind` for peers at all: it runs, the
+ * user did not rule it out, and it declares that kind. */
+static int eligible(const mep__tp_t *tp, const char *only, int kind,
                     char *why, size_t len) {
   if (!tp->ctx) return 0; /* not running here: the card says why */
+  if ((int)tp->props.dev_kind != kind) return 0;
   if (strcmp(only, "auto") != 0 && strcmp(only, tp->name) != 0) {
     note(why, len, "%s: not [core] device_transport (%s)", tp->name, only);
     return 0;
   }
-  if (tp->props.dev_kind == MEP_DEV_NONE) return 0;
-  if (!(kinds & MEP__DEV_KINDS(tp->props.dev_kind))) {
-    note(why, len, "%s: its device kind %d is not one these kernels know",
-         tp->name, (int)tp->props.dev_kind);
-    return 0;
-  }
-  if (!has_descriptors(tp->vt)) {
-    note(why, len, "%s: declares device kind %d but no descriptors (a "
-         "plugin older than transport ABI 1.3)", tp->name,
-         (int)tp->props.dev_kind);
+  if (!has_descriptors(tp->vt, tp->props.dev_kind)) {
+    note(why, len, "%s: declares device kind %d but not the descriptors it "
+         "needs (a plugin older than transport ABI %s)", tp->name,
+         (int)tp->props.dev_kind,
+         tp->props.dev_kind == MEP_DEV_MLX5 ? "1.6" : "1.3");
     return 0;
   }
   return 1;
@@ -130,7 +134,8 @@ static int try_tp(mep_comm_t *comm, int t, int p, const mep__card_t *card,
   return ok;
 }
 
-static int choose(mep_comm_t *comm, int p, unsigned kinds, entry_t *e,
+/* Chooses among the transports of `kind`, in the communicator's order. */
+static int choose(mep_comm_t *comm, int p, int kind, entry_t *e,
                   uint64_t gen) {
   const char *only = mep_config_get(comm->cfg, "core", "device_transport");
   if (!only) only = mep_config_default("core", "device_transport");
@@ -139,7 +144,7 @@ static int choose(mep_comm_t *comm, int p, unsigned kinds, entry_t *e,
   int rc = mep__comm_fetch_card(comm, p, &card);
   e->why[0] = '\0';
   for (int t = 0; rc == MEP_OK && t < comm->ntps; t++) {
-    if (!eligible(&comm->tps[t], only, kinds, e->why, sizeof e->why))
+    if (!eligible(&comm->tps[t], only, kind, e->why, sizeof e->why))
       continue;
     int ok = try_tp(comm, t, p, &card, e, e->why, sizeof e->why);
     if (ok < 0) rc = ok;
@@ -148,18 +153,17 @@ static int choose(mep_comm_t *comm, int p, unsigned kinds, entry_t *e,
   mep__card_free(&card);
   if (rc) return rc;
   e->state = e->r.ep ? 1 : -1;
-  e->kinds = kinds;
   e->r.gen = gen;
   e->inc = comm->incarnation[p];
   if (!e->why[0])
     snprintf(e->why, sizeof e->why, "no transport of this communicator "
-             "declares a device kind");
+             "declares a device kind (%d asked for)", kind);
   if (e->state == 1)
     mep__info("GPU kernels reach rank %d through %s (device kind %d)", p,
-              comm->tps[e->r.tp].name, (int)e->r.kind);
+              comm->tps[e->r.tp].name, kind);
   else
-    mep__debug("GPU kernels reach rank %d through no transport: %s", p,
-               e->why);
+    mep__debug("GPU kernels reach rank %d through no transport of device "
+               "kind %d: %s", p, kind, e->why);
   return MEP_OK;
 }
 
@@ -171,7 +175,7 @@ static void forget(mep_comm_t *comm, entry_t *e) {
 static int table(mep_comm_t *comm, struct mep__devroutes **out) {
   if (!comm->devroutes) {
     struct mep__devroutes *d = calloc(1, sizeof *d);
-    if (d) d->e = calloc((size_t)comm->max_size, sizeof *d->e);
+    if (d) d->e = calloc((size_t)comm->max_size * NKINDS, sizeof *d->e);
     if (!d || !d->e) {
       free(d);
       return mep__err(MEP_ERR_NOMEM, "out of memory");
@@ -186,21 +190,32 @@ static int table(mep_comm_t *comm, struct mep__devroutes **out) {
 int mep__devroute_get(mep_comm_t *comm, int peer, unsigned kinds,
                       const mep__devroute_t **out, char *why,
                       size_t why_len) {
+  *out = NULL;
   if (peer < 0 || peer >= comm->max_size || peer == comm->rank)
     return mep__err(MEP_ERR_INVALID, "device route to rank %d", peer);
   struct mep__devroutes *d = NULL;
   int rc = table(comm, &d);
   if (rc) return rc;
+  char all[1024] = "";
   pthread_mutex_lock(&d->mu);
-  entry_t *e = &d->e[peer];
-  if (e->state && (e->inc != comm->incarnation[peer] || e->kinds != kinds))
-    forget(comm, e);
-  if (!e->state) rc = choose(comm, peer, kinds, e, ++d->gen);
-  if (rc == MEP_OK && e->state == 1) *out = &e->r;
-  if (rc == MEP_OK && e->state != 1) {
-    if (why && why_len) snprintf(why, why_len, "%s", e->why);
+  /* kinds in the order of their values: a mapped pointer before requests
+   * that kernels post */
+  for (int k = MEP_DEV_PTR; rc == MEP_OK && k < NKINDS; k++) {
+    if (!(kinds & MEP__DEV_KINDS(k))) continue;
+    entry_t *e = &d->e[(size_t)peer * NKINDS + (size_t)k];
+    if (e->state && e->inc != comm->incarnation[peer]) forget(comm, e);
+    if (!e->state) rc = choose(comm, peer, k, e, ++d->gen);
+    if (rc == MEP_OK && e->state == 1) {
+      *out = &e->r;
+      break;
+    }
+    if (rc == MEP_OK) note(all, sizeof all, "%s", e->why);
+  }
+  if (rc == MEP_OK && !*out) {
+    if (!all[0]) snprintf(all, sizeof all, "no device kind asked for");
+    if (why && why_len) snprintf(why, why_len, "%s", all);
     rc = mep__err(MEP_ERR_UNREACHABLE, "no transport serves GPU kernels "
-                  "for rank %d: %s", peer, e->why);
+                  "for rank %d: %s", peer, all);
   }
   pthread_mutex_unlock(&d->mu);
   return rc;
@@ -210,7 +225,11 @@ int mep__devroute_current(mep_comm_t *comm, int peer, uint64_t gen) {
   struct mep__devroutes *d = comm->devroutes;
   if (!d || peer < 0 || peer >= comm->max_size) return 0;
   pthread_mutex_lock(&d->mu);
-  int cur = d->e[peer].state == 1 && d->e[peer].r.gen == gen;
+  int cur = 0;
+  for (int k = 0; k < NKINDS; k++) {
+    const entry_t *e = &d->e[(size_t)peer * NKINDS + (size_t)k];
+    cur |= e->state == 1 && e->r.gen == gen;
+  }
   pthread_mutex_unlock(&d->mu);
   return cur;
 }
@@ -218,7 +237,8 @@ int mep__devroute_current(mep_comm_t *comm, int peer, uint64_t gen) {
 void mep__devroute_fini(mep_comm_t *comm) {
   struct mep__devroutes *d = comm->devroutes;
   if (!d) return;
-  for (int p = 0; p < comm->max_size; p++) forget(comm, &d->e[p]);
+  for (size_t i = 0; i < (size_t)comm->max_size * NKINDS; i++)
+    forget(comm, &d->e[i]);
   pthread_mutex_destroy(&d->mu);
   free(d->e);
   free(d);

@@ -5,15 +5,21 @@
  * transports order) that runs here and on the peer, declares a device
  * kind the caller's kernels know, reaches the peer (reachable, on the
  * exchanged cards) and, once connected, gives a device descriptor for it.
+ * Kinds go first in the order of their values: a transport that maps the
+ * peer's memory (MEP_DEV_PTR) wins over one whose requests kernels post
+ * (MEP_DEV_MLX5), wherever the list puts them, as loads and stores over
+ * NVLink beat a NIC's round trip.
  * [core] device_transport = NAME allows only that transport. Every step
  * answers alike on both sides (the ABI requires it of reachable and
  * device_descriptor), so both ranks of a pair reach the same choice.
  *
  * The choice, the connection and the descriptor's peer part are kept per
- * peer until that rank's process is replaced (a new incarnation) or the
- * communicator goes. Callers are collective (device windows, the CUDA
- * kernel path): a connection-based transport connects both sides in
- * increasing rank order, as communicator creation does. */
+ * peer and kind until that rank's process is replaced (a new incarnation)
+ * or the communicator goes, so callers asking for different kinds (the
+ * device window, the CUDA kernel path) do not undo each other's. Callers
+ * are collective (device windows, the CUDA kernel path): a
+ * connection-based transport connects both sides in increasing rank
+ * order, as communicator creation does. */
 #ifndef MEP_SRC_DEVROUTE_H
 #define MEP_SRC_DEVROUTE_H
 
@@ -34,7 +40,8 @@ typedef struct mep__devroute {
   size_t desc_len;
 } mep__devroute_t;
 
-/* The device route to `peer` for kernels that know the kinds in `kinds`:
+/* The device route to `peer` for kernels that know the kinds in `kinds`
+ * (the first kind, in the order of values, that some transport serves):
  * 0 with *out set, MEP_ERR_UNREACHABLE when no transport serves kernels
  * for that peer (the reason of each transport in `why`), or another error
  * (the store, a connect that failed). *out stays valid until the

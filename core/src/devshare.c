@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "plugin.h"
 
 /* This rank's registration with one transport. */
 typedef struct reg {
@@ -39,7 +40,8 @@ static reg_t *reg_of(mep__devshare_t *s, int tp) {
 }
 
 /* Registers with transport t and publishes the key. */
-static int publish(mep__devshare_t *s, int t, void *ptr, size_t len) {
+static int publish(mep__devshare_t *s, int t, void *ptr, size_t len,
+                   mep_memkind_t kind) {
   mep_comm_t *comm = s->comm;
   mep__tp_t *tp = &comm->tps[t];
   reg_t *r = &s->regs[s->nregs];
@@ -47,10 +49,10 @@ static int publish(mep__devshare_t *s, int t, void *ptr, size_t len) {
   uint8_t rkey[MEP_TP_MAX_RKEY];
   size_t rlen = sizeof rkey;
   mep__err_clear();
-  int rc = tp->vt->reg(tp->ctx, ptr, len, MEP_MEM_CUDA, &r->mr, rkey, &rlen);
+  int rc = tp->vt->reg(tp->ctx, ptr, len, kind, &r->mr, rkey, &rlen);
   if (rc)
-    return mep__err_wrap(rc, "register %zu bytes of device memory with %s",
-                         len, tp->name);
+    return mep__err_wrap(rc, "register %zu bytes of %s memory with %s", len,
+                         kind == MEP_MEM_CUDA ? "device" : "host", tp->name);
   s->nregs++;
   if (rlen > sizeof rkey)
     return mep__err(MEP_ERR_PROTOCOL, "%s: a remote key of %zu bytes",
@@ -61,7 +63,7 @@ static int publish(mep__devshare_t *s, int t, void *ptr, size_t len) {
 }
 
 int mep__devshare_open(mep_comm_t *comm, const char *what, uint64_t serial,
-                       void *ptr, size_t len,
+                       void *ptr, size_t len, mep_memkind_t kind,
                        const mep__devroute_t *const *routes,
                        mep__devshare_t **out) {
   *out = NULL;
@@ -85,7 +87,7 @@ int mep__devshare_open(mep_comm_t *comm, const char *what, uint64_t serial,
     s->peers[p].route = *routes[p];
     s->peers[p].shared = 1;
     if (!reg_of(s, routes[p]->tp))
-      rc = publish(s, routes[p]->tp, ptr, len);
+      rc = publish(s, routes[p]->tp, ptr, len, kind);
   }
   if (rc) {
     mep__devshare_close(s);
@@ -93,6 +95,28 @@ int mep__devshare_open(mep_comm_t *comm, const char *what, uint64_t serial,
   }
   *out = s;
   return MEP_OK;
+}
+
+/* The region part of this rank's own registration with dp's transport,
+ * for kinds whose kernels name it (device_local); none for the others. */
+static int local_part(mep__devshare_t *s, mep__devpeer_t *dp) {
+  mep__tp_t *tp = &s->comm->tps[dp->route.tp];
+  dp->local_len = 0;
+  if (!MEP_TP_HAS(tp->vt, device_local) || !tp->vt->device_local)
+    return MEP_OK;
+  const reg_t *r = reg_of(s, dp->route.tp);
+  size_t n = sizeof dp->local;
+  mep__err_clear();
+  int rc = tp->vt->device_local(tp->ctx, r->mr, dp->local, &n);
+  const mep_dev_desc_t *h = (const mep_dev_desc_t *)dp->local;
+  if (!rc && (n < sizeof *h || n > sizeof dp->local || h->size != n ||
+              h->kind != dp->route.kind))
+    rc = mep__err(MEP_ERR_PROTOCOL, "%s: local region descriptor of %zu "
+                  "bytes, header says kind %u and %u bytes (the route's kind "
+                  "is %d)", tp->name, n, h->kind, h->size,
+                  (int)dp->route.kind);
+  if (!rc) dp->local_len = n;
+  return rc;
 }
 
 int mep__devshare_import(mep__devshare_t *s, int peer,
@@ -128,6 +152,7 @@ int mep__devshare_import(mep__devshare_t *s, int peer,
                   "header says kind %u and %u bytes (the route's kind is %d)",
                   tp->name, dp->region_len, h->kind, h->size,
                   (int)dp->route.kind);
+  if (!rc) rc = local_part(s, dp);
   if (rc) return mep__err_wrap(rc, "rank %d's %s over %s", peer, s->what,
                                tp->name);
   *out = dp;

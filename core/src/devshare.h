@@ -3,7 +3,9 @@
  * device part and the CUDA kernel path's workspace.
  *
  * Two steps, each collective over the ranks that share: open() registers
- * the allocation with every transport some peer's route uses and
+ * the allocation (device memory, or the window's host part for kinds
+ * that reach peers through it) with every transport some peer's route
+ * uses and
  * publishes the remote keys in the store; once every rank did (the caller
  * ends the step with a barrier or a host all-reduce), import() takes one
  * peer's key, imports it and asks the transport for the region part of
@@ -28,14 +30,18 @@ typedef struct mep__devpeer {
   mep_tp_rmr_t *rmr;
   uint8_t region[MEP_DEV_DESC_MAX];
   size_t region_len;
+  /* this rank's own allocation as the route's transport names it in
+   * requests kernels post (device_local; empty for kinds without) */
+  uint8_t local[MEP_DEV_DESC_MAX];
+  size_t local_len;
 } mep__devpeer_t;
 
-/* Registers `len` bytes of device memory at `ptr` with the transports of
- * `routes` (size entries, NULL for a peer not shared with) and publishes
- * the keys under "<what>/<serial>": `serial` is the same on every rank for
- * one allocation and differs between allocations. */
+/* Registers `len` bytes of memory of `kind` at `ptr` with the transports
+ * of `routes` (size entries, NULL for a peer not shared with) and
+ * publishes the keys under "<what>/<serial>": `serial` is the same on
+ * every rank for one allocation and differs between allocations. */
 int mep__devshare_open(mep_comm_t *comm, const char *what, uint64_t serial,
-                       void *ptr, size_t len,
+                       void *ptr, size_t len, mep_memkind_t kind,
                        const mep__devroute_t *const *routes,
                        mep__devshare_t **out);
 

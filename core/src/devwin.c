@@ -1,17 +1,17 @@
 /* devwin.c - the device window (mep/device.h): creation, destruction and
  * accessors. The proxy thread that serves MEP_DEV_PROXY peers is in
  * devwin_proxy.c; the transport that serves kernels for a peer is its
- * device route (devroute.c), and sharing the device part with those peers
- * is devshare.c's.
+ * device route (devroute.c), and sharing the device part with MEP_DEV_PTR
+ * peers, and the host part with MEP_DEV_MLX5 ones, is devshare.c's.
  *
  * Creation is collective and goes in three steps, each ended by a host
  * all-reduce so that every rank learns whether another failed and all
  * fail together (nobody is left waiting for a key that never comes):
  *  1. local: the device part, the kind of each peer (from its device
  *     route); agree on a serial for the store keys, on `bytes` and on
- *     whether any pair of the group needs the proxy;
+ *     whether any pair of the group needs the host part;
  *  2. share the device part (register, publish the keys); allocate the
- *     host part and the ring;
+ *     host part and the ring, and share the host part;
  *  3. register the host part (collective in order: every rank does it or
  *     none), import the peers' parts with their descriptors, start the
  *     proxy, copy the descriptor to the device. The last all-reduce is also
@@ -108,8 +108,11 @@ struct mep_devwin {
   int32_t *kind;             /* [size] */
   uint8_t **peer;            /* [size]: mapped device parts, own: dev_base */
   const mep__devroute_t **routes; /* [size]: of the MEP_DEV_PTR peers */
-  uint8_t *pdesc, *rdesc;    /* [size][MEP_DEV_DESC_MAX]: descriptor parts */
-  mep__devshare_t *share;    /* the device part, shared with those peers */
+  const mep__devroute_t **mroutes; /* [size]: of the MEP_DEV_MLX5 peers */
+  uint8_t *pdesc, *rdesc, *ldesc; /* [size][MEP_DEV_DESC_MAX]: descriptor
+                                   * parts (peer, region, local) */
+  mep__devshare_t *share;    /* the device part, shared with PTR peers */
+  mep__devshare_t *hshare;   /* the host part, shared with MLX5 peers */
   void *dev_base;
   void *host_base;           /* NULL when the group needs no proxy */
   mep_region_t *region;
@@ -120,7 +123,7 @@ struct mep_devwin {
   unsigned long long *tail;  /* device */
   int32_t *dkind;            /* device [size] */
   uint8_t **dpeer;           /* device [size] */
-  uint8_t *dpdesc, *drdesc;  /* device [size][MEP_DEV_DESC_MAX] */
+  uint8_t *dpdesc, *drdesc, *dldesc; /* device [size][MEP_DEV_DESC_MAX] */
   mep_dev_win_t *ddesc;      /* device */
   mep__proxy_t *proxy;
 };
@@ -132,12 +135,14 @@ static uint64_t next_serial;
 static void free_win(mep_devwin_t *w) {
   if (w->region) mep_region_deregister(w->region);
   mep__devshare_close(w->share);
+  mep__devshare_close(w->hshare);
   if (w->dev_base) cudaFree(w->dev_base);
   if (w->tail) cudaFree(w->tail);
   if (w->dkind) cudaFree(w->dkind);
   if (w->dpeer) cudaFree(w->dpeer);
   if (w->dpdesc) cudaFree(w->dpdesc);
   if (w->drdesc) cudaFree(w->drdesc);
+  if (w->dldesc) cudaFree(w->dldesc);
   if (w->ddesc) cudaFree(w->ddesc);
   if (w->host_base) cudaFreeHost(w->host_base);
   if (w->ring) cudaFreeHost(w->ring);
@@ -147,8 +152,10 @@ static void free_win(mep_devwin_t *w) {
   free(w->kind);
   free(w->peer);
   free(w->routes);
+  free(w->mroutes);
   free(w->pdesc);
   free(w->rdesc);
+  free(w->ldesc);
   free(w);
 }
 
@@ -165,9 +172,11 @@ static int pinned(void **p, size_t bytes, const char *what) {
 }
 
 /* The device part (zeroed), the ring's counters and each peer's kind: a
- * peer whose device route stores into mapped memory is MEP_DEV_PTR, any
- * other the proxy's. Sets *need when a peer of this rank needs the
- * proxy. */
+ * peer whose device route stores into mapped memory is MEP_DEV_PTR, one
+ * whose route has kernels post requests MEP_DEV_MLX5, any other the
+ * proxy's. Sets *need when a peer of this rank needs the host part (the
+ * proxy's peers and the MLX5 ones, whose requests go from this rank's
+ * host part to the peer's: the one memory every transport registers). */
 static int local_part(mep_devwin_t *w, const uint8_t *act, int *need) {
   mep_comm_t *comm = w->comm;
   cudaError_t e = cudaMalloc(&w->dev_base, w->bytes);
@@ -196,17 +205,19 @@ static int local_part(mep_devwin_t *w, const uint8_t *act, int *need) {
       continue;
     }
     /* a rank outside the active set is not sent to: it needs no proxy */
-    rc = act[p] ? mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_PTR), &r,
-                                    why, sizeof why)
+    rc = act[p] ? mep__devroute_get(comm, p,
+                                    MEP__DEV_KINDS(MEP_DEV_PTR) |
+                                        MEP__DEV_KINDS(MEP_DEV_MLX5),
+                                    &r, why, sizeof why)
                 : MEP_ERR_UNREACHABLE;
     if (rc && rc != MEP_ERR_UNREACHABLE)
       return mep__err_wrap(rc, "device window: rank %d's device route", p);
-    w->kind[p] = r ? MEP_DEV_PTR : MEP_DEV_PROXY;
-    w->routes[p] = r;
-    if (!r && act[p]) {
-      *need = 1;
+    w->kind[p] = r ? (int32_t)r->kind : MEP_DEV_PROXY;
+    if (r && r->kind == MEP_DEV_PTR) w->routes[p] = r;
+    if (r && r->kind == MEP_DEV_MLX5) w->mroutes[p] = r;
+    if (act[p] && w->kind[p] != MEP_DEV_PTR) *need = 1;
+    if (!r && act[p])
       mep__debug("device window: rank %d through the proxy: %s", p, why);
-    }
   }
   return MEP_OK;
 }
@@ -241,6 +252,7 @@ static int descriptor(mep_devwin_t *w) {
   if (e == cudaSuccess) e = to_device(&w->dpeer, w->peer, n * sizeof *w->peer);
   if (e == cudaSuccess) e = to_device(&w->dpdesc, w->pdesc, dn);
   if (e == cudaSuccess) e = to_device(&w->drdesc, w->rdesc, dn);
+  if (e == cudaSuccess) e = to_device(&w->dldesc, w->ldesc, dn);
   if (e == cudaSuccess && w->host_base)
     e = cudaHostGetDevicePointer(&host, w->host_base, 0);
   if (e == cudaSuccess && w->ring)
@@ -264,9 +276,19 @@ static int descriptor(mep_devwin_t *w) {
   d.proxy_failed = failed;
   d.peer_desc = w->dpdesc;
   d.region_desc = w->drdesc;
+  d.local_desc = w->dldesc;
   e = to_device(&w->ddesc, &d, sizeof d);
   return e == cudaSuccess ? MEP_OK
                           : mep__cuda_err(e, "device window: its descriptor");
+}
+
+/* Copies what kernels need of peer p's part (dp) into the descriptor
+ * arrays. */
+static void keep_desc(mep_devwin_t *w, int p, const mep__devpeer_t *dp) {
+  size_t at = (size_t)p * MEP_DEV_DESC_MAX;
+  memcpy(w->pdesc + at, dp->route.desc, dp->route.desc_len);
+  memcpy(w->rdesc + at, dp->region, dp->region_len);
+  memcpy(w->ldesc + at, dp->local, dp->local_len);
 }
 
 /* Step 3 after the host part's registration: the peers and the proxy. */
@@ -275,16 +297,18 @@ static int connect_peers(mep_devwin_t *w, const uint8_t *act) {
   for (int p = 0; p < w->size; p++) {
     if (p == w->rank || !act[p]) continue;
     int rc = MEP_OK;
+    const mep__devpeer_t *dp = NULL;
     if (w->kind[p] == MEP_DEV_PTR) {
-      const mep__devpeer_t *dp = NULL;
       rc = mep__devshare_import(w->share, p, &dp);
       if (rc)
         return mep__err_wrap(rc, "device window: rank %d's device part", p);
       w->peer[p] = mep__devpeer_ptr(dp);
-      memcpy(w->pdesc + (size_t)p * MEP_DEV_DESC_MAX, dp->route.desc,
-             dp->route.desc_len);
-      memcpy(w->rdesc + (size_t)p * MEP_DEV_DESC_MAX, dp->region,
-             dp->region_len);
+      keep_desc(w, p, dp);
+    } else if (w->kind[p] == MEP_DEV_MLX5) {
+      rc = mep__devshare_import(w->hshare, p, &dp);
+      if (rc)
+        return mep__err_wrap(rc, "device window: rank %d's host part", p);
+      keep_desc(w, p, dp);
     } else {
       /* imported now, so the proxy's first put does not wait on the store */
       mep__remote_t *rem;
@@ -348,9 +372,14 @@ static int create(mep_devwin_t *w, const uint8_t *act) {
   }
 
   rc = mep__devshare_open(comm, "devwin", w->serial, w->dev_base, w->bytes,
-                          w->routes, &w->share);
+                          MEP_MEM_CUDA, w->routes, &w->share);
   if (rc) mep__err_wrap(rc, "device window: sharing its device part");
   if (!rc && v[3]) rc = host_part(w);
+  if (!rc && w->host_base) {
+    rc = mep__devshare_open(comm, "devwin-host", w->serial, w->host_base,
+                            w->bytes, MEP_MEM_HOST, w->mroutes, &w->hshare);
+    if (rc) mep__err_wrap(rc, "device window: sharing its host part");
+  }
   int64_t f[1];
   if ((rc = agree(w, rc, f, 1, "allocating its parts"))) return rc;
 
@@ -385,11 +414,13 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
     w->kind = calloc(n, sizeof *w->kind);
     w->peer = calloc(n, sizeof *w->peer);
     w->routes = calloc(n, sizeof *w->routes);
+    w->mroutes = calloc(n, sizeof *w->mroutes);
     w->pdesc = calloc(n, MEP_DEV_DESC_MAX);
     w->rdesc = calloc(n, MEP_DEV_DESC_MAX);
+    w->ldesc = calloc(n, MEP_DEV_DESC_MAX);
   }
-  if (!w || !act || !w->kind || !w->peer || !w->routes || !w->pdesc ||
-      !w->rdesc) {
+  if (!w || !act || !w->kind || !w->peer || !w->routes || !w->mroutes ||
+      !w->pdesc || !w->rdesc || !w->ldesc) {
     free(act);
     if (w) free_win(w);
     /* the first step's agreement, so the others fail at once too */
@@ -402,17 +433,48 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
   int rc = create(w, act);
   free(act);
   if (rc) return mep__err_wrap(rc, "mep_devwin_create");
-  mep__info("device window of %zu bytes on GPU %d: %s", bytes, w->device,
-            w->host_base ? "with the proxy" : "every peer mapped");
+  int nk[MEP_DEV_PROXY + 1] = {0};
+  for (int p = 0; p < w->size; p++)
+    if (p != w->rank && w->kind[p] >= 0 && w->kind[p] <= MEP_DEV_PROXY)
+      nk[w->kind[p]]++;
+  mep__info("device window of %zu bytes on GPU %d: peers mapped %d, posted "
+            "by kernels (mlx5) %d, through the proxy %d%s", bytes, w->device,
+            nk[MEP_DEV_PTR], nk[MEP_DEV_MLX5], nk[MEP_DEV_PROXY],
+            w->host_base ? "; with a host part" : "");
   *out = w;
   return MEP_OK;
 }
 
+/* Waits until the NIC carried out what kernels posted to MEP_DEV_MLX5
+ * peers. A peer whose queue pair failed is left to the receivers'
+ * deadlines, as the proxy's dropped commands are. */
+static int quiet_nic(mep_devwin_t *w, const char *fn) {
+  int any = 0;
+  for (int p = 0; p < w->size; p++) any |= w->kind[p] == MEP_DEV_MLX5;
+  if (!any || !w->ddesc) return MEP_OK;
+  int ce = 0;
+  int q = mep__devwin_quiet(w->ddesc, (uint64_t)w->comm->timeout_ms * 1000000u,
+                            &ce);
+  if (q == -1)
+    return mep__err(MEP_ERR_TIMEOUT, "%s: requests GPU kernels posted to "
+                    "MLX5 peers were not carried out within %d ms", fn,
+                    w->comm->timeout_ms);
+  if (q == -3)
+    return mep__cuda_err((cudaError_t)ce, "%s: waiting for the requests "
+                         "kernels posted to MLX5 peers", fn);
+  if (q == -2)
+    mep__info("%s: a queue pair kernels post on failed (a peer failed); "
+              "its requests were dropped", fn);
+  return MEP_OK;
+}
+
 /* Stops the proxy after the commands kernels reserved so far (they
- * finished, or the caller would not drain the window). */
+ * finished, or the caller would not drain the window), once the NIC has
+ * carried out what they posted. */
 static int drain(mep_devwin_t *w, const char *fn) {
-  if (!w->proxy) return MEP_OK;
-  int rc = MEP_OK;
+  int qrc = quiet_nic(w, fn);
+  if (!w->proxy) return qrc;
+  int rc = qrc;
   unsigned long long tail = 0;
   cudaError_t e = cudaMemcpy(&tail, w->tail, sizeof tail,
                              cudaMemcpyDeviceToHost);

@@ -30,6 +30,18 @@ int mep__proxy_start(mep_comm_t *comm, mep_region_t *region,
 /* 0, or the first error the proxy met, with its message in msg. */
 int mep__proxy_error(mep__proxy_t *px, char *msg, size_t len);
 
+/* CUDA builds (cuda/devwin_quiet.cu): waits, from a one-thread kernel on
+ * a stream of its own, until the NIC has carried out every request kernels
+ * posted to the window's MEP_DEV_MLX5 peers (mep_dev_quiet of
+ * mep/device/win.cuh; w is the device-resident descriptor). 0, -1 (the
+ * timeout passed), -2 (a peer's queue pair failed: its requests will
+ * never complete) or -3 (a CUDA error, its code in *cuda_err). */
+#ifdef __cplusplus
+extern "C"
+#endif
+int mep__devwin_quiet(const mep_dev_win_t *w, uint64_t timeout_ns,
+                      int *cuda_err);
+
 /* Stops the thread once it has carried out the slots before `target` and
  * no further slot is ready (target 0: whatever is ready now), waiting at
  * most the communicator's timeout; flushes, joins and frees. Returns

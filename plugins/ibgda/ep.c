@@ -1,6 +1,7 @@
-/* ep.c - connect() and close(): a queue pair per peer on the model, its
- * numbers exchanged through the verbs plugin's bootstrap (handshake.h),
- * whose socket stays open as the liveness channel. */
+/* ep.c - connect() and close(): two queue pairs per peer on the model
+ * (the host's and the kernels'), their numbers exchanged through the verbs
+ * plugin's bootstrap (handshake.h), whose socket stays open as the
+ * liveness channel. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -12,7 +13,13 @@
  * the model needs nothing more than the target (set before). */
 static int up_cb(void *arg, const mep__rdma_qpinfo_t *theirs) {
   ibgda_ep_t *ep = arg;
+  if (theirs->nqp != 2)
+    return IBGDA_ERR(ep->ctx, MEP_ERR_PROTOCOL, "ibgda: rank %d: rank %d "
+                     "offers %u queue pairs (this version pairs 2: the "
+                     "host's and the kernels')", ep->ctx->rank, ep->rank,
+                     theirs->nqp);
   ep->peer_qpn = theirs->qpn[0];
+  ep->peer_kqpn = theirs->qpn[1];
   return 0;
 }
 
@@ -21,17 +28,18 @@ static void info(const ibgda_ep_t *ep, mep__rdma_qpinfo_t *q) {
   q->port = 1;
   q->link_layer = 2; /* the model has no fabric; the fields are valid */
   q->mtu = 5;
-  q->nqp = 1;
+  q->nqp = 2;
   q->qpn[0] = ep->qp->qpn;
+  q->qpn[1] = ep->kqp->qpn;
 }
 
-/* Releases the queue pair (its GPU mapping first). */
+/* Releases the queue pairs (the kernels' GPU mapping first). */
 static void qp_release(ibgda_ep_t *ep) {
-  if (!ep->qp) return;
-  if (ep->dev_mem) mep__ibgda_gpu_unmap(ep->ctx, ep->qp->mem);
-  ep->dev_mem = 0;
-  mep__m5_qp_destroy(&ep->ctx->model, ep->qp);
-  ep->qp = NULL;
+  m5_t *m = &ep->ctx->model;
+  mep__ibgda_gpu_detach(ep->ctx, &ep->kgpu);
+  if (ep->kqp) mep__m5_qp_destroy(m, ep->kqp);
+  if (ep->qp) mep__m5_qp_destroy(m, ep->qp);
+  ep->kqp = ep->qp = NULL;
   ep->ctr = NULL;
 }
 
@@ -57,16 +65,15 @@ static int ep_new(ibgda_ctx_t *ctx, int rank, const ibgda_addr_t *a,
   ep->recs = calloc(n, sizeof *ep->recs);
   int rc = ep->recs ? mep__m5_qp_create(&ctx->model, n, n, &ep->qp)
                     : MEP_ERR_NOMEM;
+  if (!rc) rc = mep__m5_qp_create(&ctx->model, n, n, &ep->kqp);
   if (rc) {
     mep__ibgda_ep_free(ep);
-    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for a queue pair "
-                     "to rank %d", ctx->rank, rank);
+    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for the queue "
+                     "pairs to rank %d", ctx->rank, rank);
   }
   ep->ctr = ep->qp->user;
   mep__m5_qp_target(&ctx->model, ep->qp, rank, (pid_t)a->pid, a->keys);
-  if (mep__ibgda_gpu_map(ctx, ep->qp->mem, ep->qp->mem_len, &ep->dev_mem,
-                         ep->unmapped, sizeof ep->unmapped))
-    ep->dev_mem = 0;
+  mep__m5_qp_target(&ctx->model, ep->kqp, rank, (pid_t)a->pid, a->keys);
   *out = ep;
   return 0;
 }
@@ -116,9 +123,10 @@ int mep__ibgda_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   pthread_mutex_lock(&ctx->mu);
   ctx->peers[peer] = ep;
   pthread_mutex_unlock(&ctx->mu);
-  IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d connected to rank %d: QP "
-            "0x%x -> 0x%x (software model)", ctx->rank, peer, ep->qp->qpn,
-            ep->peer_qpn);
+  IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d connected to rank %d: QPs "
+            "0x%x -> 0x%x (host), 0x%x -> 0x%x (kernels; software model)",
+            ctx->rank, peer, ep->qp->qpn, ep->peer_qpn, ep->kqp->qpn,
+            ep->peer_kqpn);
   *out = ep;
   return 0;
 }

@@ -1,14 +1,20 @@
-/* gpu.c - mapping the model's queue pairs for GPU kernels.
+/* gpu.c - the kernels' queue pair as a GPU reaches it.
  *
- * A kernel posts WQEs by storing into the send queue, the doorbell record
- * and register and the counters, which the model keeps in host memory.
- * Where a CUDA context is current when a queue pair is made, its block is
- * page-locked and mapped into the GPU (cuMemHostRegister, DEVICEMAP) and
- * the descriptor gives kernels the mapped addresses; elsewhere the
- * descriptor is refused with the reason (MEP_ERR_UNREACHABLE: the core
- * then serves that peer through its proxy). The CUDA driver is opened
- * with dlopen, so the plugin neither links it nor needs it. WQEs still
- * name memory by the model's (host) addresses: the model is the NIC. */
+ * A kernel posts WQEs by storing into the send queue and the doorbell
+ * record and register, which the model keeps in host memory, and keeps
+ * the producers' counters (mep/device/mlx5_qp.h: pi, ready, ci, cq_ci,
+ * cq_lock), which only kernels touch. When a device descriptor is first
+ * asked for with a CUDA context current, the queue pair's block is
+ * page-locked and mapped into the GPU (cuMemHostRegister, PORTABLE |
+ * DEVICEMAP), and the counters are put in that GPU's own memory: hundreds
+ * of warps spin on them, which over PCIe would cost a round trip per
+ * spin and starve the NIC's (the model's) reads of the same lines, as
+ * ibgda keeps its bookkeeping in GPU memory for the same reason. Without
+ * a context the descriptor is refused with the reason
+ * (MEP_ERR_UNREACHABLE: the core then serves that peer through its
+ * proxy). The CUDA driver is opened with dlopen, so the plugin neither
+ * links it nor needs it. WQEs still name memory by the model's (host)
+ * addresses: the model is the NIC. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,10 +28,18 @@
 struct ibgda_cuda {
   void *lib;
   int (*current)(void **);
+  int (*push)(void *);
+  int (*pop)(void **);
   int (*reg)(void *, size_t, unsigned);
   int (*unreg)(void *);
   int (*dptr)(uint64_t *, void *, unsigned);
+  int (*alloc)(uint64_t *, size_t);
+  int (*free)(uint64_t);
+  int (*memset8)(uint64_t, unsigned char, size_t);
 };
+
+#define SYM(field, name) \
+  (*(void **)&c.field = dlsym(lib, name), c.field != NULL)
 
 static struct ibgda_cuda *load(ibgda_ctx_t *ctx, char *why, size_t len) {
   if (ctx->cuda) return ctx->cuda;
@@ -34,18 +48,21 @@ static struct ibgda_cuda *load(ibgda_ctx_t *ctx, char *why, size_t len) {
     snprintf(why, len, "no CUDA driver (%s)", dlerror());
     return NULL;
   }
-  struct ibgda_cuda c = {lib, NULL, NULL, NULL, NULL};
-  c.current = (int (*)(void **))(uintptr_t)dlsym(lib, "cuCtxGetCurrent");
-  c.reg = (int (*)(void *, size_t, unsigned))(uintptr_t)dlsym(
-      lib, "cuMemHostRegister_v2");
-  c.unreg = (int (*)(void *))(uintptr_t)dlsym(lib, "cuMemHostUnregister");
-  c.dptr = (int (*)(uint64_t *, void *, unsigned))(uintptr_t)dlsym(
-      lib, "cuMemHostGetDevicePointer_v2");
-  struct ibgda_cuda *p = malloc(sizeof *p);
-  if (!c.current || !c.reg || !c.unreg || !c.dptr || !p) {
-    snprintf(why, len, "the CUDA driver lacks cuMemHostRegister and its "
-             "kin");
-    free(p);
+  struct ibgda_cuda c;
+  memset(&c, 0, sizeof c);
+  c.lib = lib;
+  int ok = SYM(current, "cuCtxGetCurrent") &&
+           SYM(push, "cuCtxPushCurrent_v2") &&
+           SYM(pop, "cuCtxPopCurrent_v2") &&
+           SYM(reg, "cuMemHostRegister_v2") &&
+           SYM(unreg, "cuMemHostUnregister") &&
+           SYM(dptr, "cuMemHostGetDevicePointer_v2") &&
+           SYM(alloc, "cuMemAlloc_v2") && SYM(free, "cuMemFree_v2") &&
+           SYM(memset8, "cuMemsetD8_v2");
+  struct ibgda_cuda *p = ok ? malloc(sizeof *p) : NULL;
+  if (!p) {
+    snprintf(why, len, "the CUDA driver lacks cuMemHostRegister, "
+             "cuMemAlloc or their kin");
     dlclose(lib);
     return NULL;
   }
@@ -54,16 +71,26 @@ static struct ibgda_cuda *load(ibgda_ctx_t *ctx, char *why, size_t len) {
   return p;
 }
 
-int mep__ibgda_gpu_map(ibgda_ctx_t *ctx, void *mem, size_t len,
-                       uint64_t *dev, char *why, size_t why_len) {
-  pthread_mutex_lock(&ctx->mu);
+/* Callers hold an endpoint's lock, which comes after ctx->mu: the driver
+ * is loaded under a lock of its own. */
+static pthread_mutex_t load_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int mep__ibgda_gpu_attach(ibgda_ctx_t *ctx, void *mem, size_t len,
+                          ibgda_gpu_t *g, char *why, size_t why_len) {
+  pthread_mutex_lock(&load_mu);
   struct ibgda_cuda *c = load(ctx, why, why_len);
-  pthread_mutex_unlock(&ctx->mu);
+  pthread_mutex_unlock(&load_mu);
   if (!c) return -1;
   void *cur = NULL;
   if (c->current(&cur) != 0 || !cur) {
-    snprintf(why, why_len, "no CUDA context was current on the thread "
-             "that connected");
+    snprintf(why, why_len, "no CUDA context is current on the thread that "
+             "asked for the descriptor");
+    return -1;
+  }
+  if (g->mem) {
+    if (g->cu_ctx == cur) return 0;
+    snprintf(why, why_len, "it is mapped for another CUDA context (GPU) of "
+             "this process, whose memory holds its counters");
     return -1;
   }
   int rc = c->reg(mem, len,
@@ -73,18 +100,38 @@ int mep__ibgda_gpu_map(ibgda_ctx_t *ctx, void *mem, size_t len,
              "error %d)", len, rc);
     return -1;
   }
-  rc = c->dptr(dev, mem, 0);
+  uint64_t dev = 0, ctr = 0;
+  rc = c->dptr(&dev, mem, 0);
+  const char *what = "cuMemHostGetDevicePointer";
+  if (!rc) {
+    what = "cuMemAlloc of the counters";
+    rc = c->alloc(&ctr, IBGDA_KCTR * sizeof(uint64_t));
+  }
+  if (!rc) {
+    what = "cuMemsetD8 of the counters";
+    rc = c->memset8(ctr, 0, IBGDA_KCTR * sizeof(uint64_t));
+  }
   if (rc) {
+    if (ctr) c->free(ctr);
     c->unreg(mem);
-    snprintf(why, why_len, "cuMemHostGetDevicePointer failed (CUDA error "
-             "%d)", rc);
+    snprintf(why, why_len, "%s failed (CUDA error %d)", what, rc);
     return -1;
   }
+  *g = (ibgda_gpu_t){dev, ctr, cur, mem};
   return 0;
 }
 
-void mep__ibgda_gpu_unmap(ibgda_ctx_t *ctx, void *mem) {
-  if (ctx->cuda) ctx->cuda->unreg(mem);
+void mep__ibgda_gpu_detach(ibgda_ctx_t *ctx, ibgda_gpu_t *g) {
+  struct ibgda_cuda *c = ctx->cuda;
+  if (!g->mem || !c) return;
+  /* the counters belong to the context they were made in */
+  if (c->push(g->cu_ctx) == 0) {
+    c->free(g->ctr);
+    void *prev;
+    c->pop(&prev);
+  }
+  c->unreg(g->host);
+  memset(g, 0, sizeof *g);
 }
 
 void mep__ibgda_gpu_close(ibgda_ctx_t *ctx) {

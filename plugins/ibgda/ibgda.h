@@ -15,7 +15,10 @@
  * channel. Host write() and signal() post on the same queue pair, built
  * by the same builders, so the core runs over the transport unchanged.
  *
- * Per peer one RC queue pair. Host posting: every write asks for a CQE
+ * Per peer two RC queue pairs: `qp`, which the host posts on, and `kqp`,
+ * which GPU kernels alone post on (its descriptor is the peer part kernels
+ * take), so that neither producer's bookkeeping meets the other's WQEs.
+ * Host posting on qp: every write asks for a CQE
  * (its token completes with it); signals ask for one only when half the
  * send queue went by without, so that completions keep freeing room. The
  * CQE's WQE counter completes every WQE up to it (in order on an RC QP).
@@ -61,6 +64,16 @@ typedef struct ibgda_rec {
 
 struct ibgda_ctx;
 
+/* The kernels' queue pair as one GPU reaches it (gpu.c). */
+#define IBGDA_KCTR 8 /* counter words: pi, ready, ci, cq_ci, cq_lock */
+typedef struct ibgda_gpu {
+  uint64_t mem;  /* where kernels reach the queue pair's block; 0: not
+                  * attached */
+  uint64_t ctr;  /* IBGDA_KCTR zeroed words in that GPU's memory */
+  void *cu_ctx;  /* the CUDA context they belong to */
+  void *host;    /* the block (host address), for detaching */
+} ibgda_gpu_t;
+
 typedef struct ibgda_ep {
   struct ibgda_ctx *ctx;
   int rank;
@@ -69,16 +82,15 @@ typedef struct ibgda_ep {
   int dead, retired;
   int link_fd;
   mep__rdma_link_rx_t link_rx;
-  m5_qp_t *qp;
-  uint32_t peer_qpn;
-  /* where kernels reach qp->mem (0: not mapped for a GPU, and why) */
-  uint64_t dev_mem;
-  char unmapped[200];
-  /* the descriptor's counters (mep/device/mlx5_qp.h), qp->user: pi,
-   * ready, ci, cq_ci, cq_lock; host posting keeps them as kernels would.
-   * Host and kernels must not post on one queue pair at once in this
-   * version: the host's per-WQE records (recs) know nothing of a
-   * kernel's WQEs. */
+  m5_qp_t *qp;  /* the host's */
+  m5_qp_t *kqp; /* the kernels' */
+  uint32_t peer_qpn, peer_kqpn;
+  /* kqp for kernels, attached at the first device_descriptor made with a
+   * CUDA context current (gpu.c) */
+  ibgda_gpu_t kgpu;
+  /* qp's counters as mep/device/mlx5_qp.h names them (qp->user: pi,
+   * ready, ci, cq_ci, cq_lock), kept by host posting; kqp's are the
+   * kernels' */
   uint64_t *ctr;
   uint64_t last_sig; /* pi of the last WQE that asked for a CQE */
   ibgda_rec_t *recs; /* [sq_bbs] */
@@ -160,10 +172,12 @@ void mep__ibgda_cq_push(ibgda_ctx_t *ctx, uint64_t token, int status,
                         int peer);
 int mep__ibgda_cq_pop(ibgda_ctx_t *ctx, mep_tp_completion_t *out, int max);
 
-/* gpu.c: 0 with *dev where kernels reach mem, or -1 and why. */
-int mep__ibgda_gpu_map(ibgda_ctx_t *ctx, void *mem, size_t len,
-                       uint64_t *dev, char *why, size_t why_len);
-void mep__ibgda_gpu_unmap(ibgda_ctx_t *ctx, void *mem);
+/* gpu.c: maps the block mem for kernels of the current CUDA context and
+ * gives its producers' counters there (*g; already attached to this
+ * context: nothing to do): 0, or -1 and why. detach undoes it. */
+int mep__ibgda_gpu_attach(ibgda_ctx_t *ctx, void *mem, size_t len,
+                          ibgda_gpu_t *g, char *why, size_t why_len);
+void mep__ibgda_gpu_detach(ibgda_ctx_t *ctx, ibgda_gpu_t *g);
 void mep__ibgda_gpu_close(ibgda_ctx_t *ctx);
 
 /* ep.c */
@@ -200,5 +214,7 @@ int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctx, int peer, void *desc,
                                  size_t *len);
 int mep__ibgda_device_region(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
                              size_t *len);
+int mep__ibgda_device_local(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr, void *desc,
+                            size_t *len);
 
 #endif

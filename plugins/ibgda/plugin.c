@@ -221,4 +221,5 @@ __attribute__((visibility("default"))) const mep_transport_t
         .config_keys = mep__ibgda_keys,
         .config_nkeys = MEP_IBGDA_NKEYS,
         .device_region = mep__ibgda_device_region,
+        .device_local = mep__ibgda_device_local,
 };

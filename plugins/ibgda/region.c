@@ -82,9 +82,11 @@ static int put(const void *part, size_t n, void *desc, size_t *len) {
   return 0;
 }
 
-/* The queue pair as kernels take it: the model's queues live in host
- * memory, which kernels reach where it was mapped for the GPU at connect
- * (gpu.c); elsewhere MEP_ERR_UNREACHABLE with the reason. */
+/* The kernels' queue pair as kernels take it. The model's queues are host
+ * memory, which kernels reach once it is mapped for the GPU, with their
+ * counters in its memory: at the first call made with a CUDA context
+ * current (gpu.c). Elsewhere MEP_ERR_UNREACHABLE with the reason, and a
+ * later call may attach it. */
 int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
                                  size_t *len) {
   ibgda_ctx_t *ctx = ctxp;
@@ -94,44 +96,44 @@ int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
                      "%d in a group of %d", peer, ctx->size);
   pthread_mutex_lock(&ctx->mu);
   ibgda_ep_t *ep = ctx->peers[peer];
-  mep_dev_mlx5_peer_t part;
-  int open = ep && !ep->retired && ep->qp, mapped = 0;
-  char why[200] = "";
-  if (open) {
-    pthread_mutex_lock(&ep->mu);
-    m5_qp_t *q = ep->qp;
-    mapped = ep->dev_mem != 0;
-    snprintf(why, sizeof why, "%s", ep->unmapped);
-    /* where kernels reach each object: the block's mapped address plus
-     * its offset; the sink is named to the model, by its host address */
-    uint64_t d = ep->dev_mem, h = (uint64_t)(uintptr_t)q->mem;
-#define DEV(p) (d + ((uint64_t)(uintptr_t)(p) - h))
-    part = (mep_dev_mlx5_peer_t){
-        .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
-        .qpn = q->qpn,
-        .sq_bbs = q->sq_bbs,
-        .sq = DEV(q->sq),
-        .dbrec = DEV(q->dbrec),
-        .db = DEV(q->db),
-        .pi = DEV(&ep->ctr[0]),
-        .ready = DEV(&ep->ctr[1]),
-        .ci = DEV(&ep->ctr[2]),
-        .cq = DEV(q->cq),
-        .cq_n = q->cq_n,
-        .sink_lkey = ctx->sink_key,
-        .cq_dbrec = DEV(q->cq_dbrec),
-        .cq_ci = DEV(&ep->ctr[3]),
-        .cq_lock = DEV(&ep->ctr[4]),
-        .sink = (uint64_t)(uintptr_t)ctx->sink,
-        .flags = MEP_DEV_MLX5_MODEL,
-    };
-#undef DEV
-    pthread_mutex_unlock(&ep->mu);
-  }
+  int open = ep && !ep->retired && ep->kqp;
+  if (open) pthread_mutex_lock(&ep->mu);
   pthread_mutex_unlock(&ctx->mu);
   if (!open)
     return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device descriptor: rank "
                      "%d is not connected", peer);
+  m5_qp_t *q = ep->kqp;
+  char why[200] = "";
+  int mapped = mep__ibgda_gpu_attach(ctx, q->mem, q->mem_len, &ep->kgpu, why,
+                                     sizeof why) == 0;
+  /* where kernels reach each object: the block's mapped address plus its
+   * offset, and the counters in GPU memory; the sink is named to the
+   * model, by its host address */
+  uint64_t d = ep->kgpu.mem, h = (uint64_t)(uintptr_t)q->mem;
+#define DEV(p) (d + ((uint64_t)(uintptr_t)(p) - h))
+#define CTR(i) (ep->kgpu.ctr + 8u * (i))
+  mep_dev_mlx5_peer_t part = {
+      .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
+      .qpn = q->qpn,
+      .sq_bbs = q->sq_bbs,
+      .sq = DEV(q->sq),
+      .dbrec = DEV(q->dbrec),
+      .db = DEV(q->db),
+      .pi = CTR(0),
+      .ready = CTR(1),
+      .ci = CTR(2),
+      .cq = DEV(q->cq),
+      .cq_n = q->cq_n,
+      .sink_lkey = ctx->sink_key,
+      .cq_dbrec = DEV(q->cq_dbrec),
+      .cq_ci = CTR(3),
+      .cq_lock = CTR(4),
+      .sink = (uint64_t)(uintptr_t)ctx->sink,
+      .flags = MEP_DEV_MLX5_MODEL,
+  };
+#undef DEV
+#undef CTR
+  pthread_mutex_unlock(&ep->mu);
   if (!mapped)
     return IBGDA_ERR(ctx, MEP_ERR_UNREACHABLE, "ibgda: kernels cannot reach "
                      "the queue pair to rank %d: the model's queues are host "
@@ -142,19 +144,35 @@ int mep__ibgda_device_descriptor(mep_tp_ctx_t *ctxp, int peer, void *desc,
   return 0;
 }
 
+/* A registration as the region part lays it out: the model names memory
+ * by its host address, and a key serves as lkey and rkey alike. */
+static int region_part(ibgda_ctx_t *ctx, uint64_t addr, uint64_t n,
+                       uint32_t key, void *desc, size_t *len) {
+  mep_dev_mlx5_region_t part = {
+      .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
+      .raddr = addr,
+      .len = n,
+      .rkey = key,
+  };
+  if (put(&part, sizeof part, desc, len))
+    return IBGDA_ERR(ctx, MEP_ERR_INVALID, "ibgda: device region: %zu "
+                     "bytes of room, %zu needed", *len, sizeof part);
+  return 0;
+}
+
 int mep__ibgda_device_region(mep_tp_ep_t *epp, mep_tp_rmr_t *rmrp, void *desc,
                              size_t *len) {
   ibgda_ep_t *ep = epp;
   ibgda_rmr_t *r = rmrp;
   if (!ep || !r || !desc || !len) return MEP_ERR_INVALID;
-  mep_dev_mlx5_region_t part = {
-      .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof part},
-      .raddr = r->addr,
-      .len = r->len,
-      .rkey = r->rkey,
-  };
-  if (put(&part, sizeof part, desc, len))
-    return IBGDA_ERR(ep->ctx, MEP_ERR_INVALID, "ibgda: device region: %zu "
-                     "bytes of room, %zu needed", *len, sizeof part);
-  return 0;
+  return region_part(ep->ctx, r->addr, r->len, r->rkey, desc, len);
+}
+
+int mep__ibgda_device_local(mep_tp_ctx_t *ctxp, mep_tp_mr_t *mrp, void *desc,
+                            size_t *len) {
+  ibgda_ctx_t *ctx = ctxp;
+  ibgda_mr_t *mr = mrp;
+  if (!ctx || !mr || !desc || !len) return MEP_ERR_INVALID;
+  return region_part(ctx, (uint64_t)(uintptr_t)mr->base, mr->len, mr->key,
+                     desc, len);
 }

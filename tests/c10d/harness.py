@@ -40,6 +40,10 @@ class RankFailed(AssertionError):
 
 def _entry(fn, rank, world, port, timeout_s, args, results, env):
     os.environ.update(env)
+    # MEP_LAUNCH_HOSTS=1: each rank a host of its own, as the C launcher
+    # (tools/common/launch.c) makes them
+    if os.environ.get("MEP_LAUNCH_HOSTS") == "1":
+        os.environ["MEP_HOST_ID"] = f"mep-launch-host-{rank}"
     try:
         timeout = datetime.timedelta(seconds=timeout_s)
         store = dist.TCPStore("127.0.0.1", port, is_master=False,

@@ -1,11 +1,15 @@
 /* check_desc.c - descriptors (ABI 1.3): the peer part and the region part
- * of a plugin that declares a device kind. Each is asked for with
+ * of a plugin that declares a device kind, and for MEP_DEV_MLX5 the local
+ * part of its own registration (ABI 1.6). Each is asked for with
  * poisoned room: the header names props.dev_kind and the part's size,
  * which is *len, at most MEP_DEV_DESC_MAX; too little room is refused
  * without a byte written past it; a bad peer index is MEP_ERR_INVALID;
- * both ranks get alike answers. For MEP_DEV_PTR the fields are checked
- * too, and on CUDA memory GPU kernels load and store through the region
- * part's base (desc_reach.c). Plugins of MEP_DEV_NONE skip it. */
+ * both ranks get alike answers. For MEP_DEV_PTR and MEP_DEV_MLX5 the
+ * fields are checked too, and on CUDA memory GPU kernels load and store
+ * through a PTR region part's base (desc_reach.c). The parts are asked
+ * for with a CUDA context current where this process can open one, as
+ * the core asks (a transport may map what kernels reach only then).
+ * Plugins of MEP_DEV_NONE skip it. */
 #include <limits.h>
 #include <string.h>
 
@@ -13,6 +17,7 @@
 #include "desc.h"
 #include "desc_reach.h"
 #include "link.h"
+#include "mem_cuda.h"
 #include "pattern.h"
 #include "sess.h"
 
@@ -20,7 +25,7 @@
  * caller's own rank) with some error, and nothing written past the room
  * (pc_part_get). */
 static void bad_peer(pc_sess_t *s, int peer, int want_invalid) {
-  pc_part_src_t src = {s, peer, NULL};
+  pc_part_src_t src = {s, peer, NULL, NULL};
   pc_part_t p;
   pc_part_get(&src, &p);
   if (p.rc == 0)
@@ -42,7 +47,7 @@ static void bad_peers(pc_sess_t *s) {
 
 /* The peer part; returns 0 when kernels reach the peer this way. */
 static int peer_part(pc_sess_t *s, pc_part_t *p) {
-  pc_part_src_t src = {s, s->peer, NULL};
+  pc_part_src_t src = {s, s->peer, NULL, NULL};
   pc_part_get(&src, p);
   if (p->rc != 0 && p->rc != MEP_ERR_UNREACHABLE)
     pc_fail("device_descriptor for the connected rank %d failed: %s; want "
@@ -51,12 +56,13 @@ static int peer_part(pc_sess_t *s, pc_part_t *p) {
   if (p->rc == 0) pc_part_too_small(&src, p);
   pc_part_agree(s, &src, p);
   if (p->rc == 0 && p->hdr.kind == MEP_DEV_PTR) pc_part_ptr_peer(p);
+  if (p->rc == 0 && p->hdr.kind == MEP_DEV_MLX5) pc_part_mlx5_peer(p);
   return p->rc;
 }
 
 static void region_part(pc_sess_t *s, const pc_remote_t *theirs,
                         pc_part_t *p) {
-  pc_part_src_t src = {s, s->peer, theirs->rmr};
+  pc_part_src_t src = {s, s->peer, theirs->rmr, NULL};
   pc_part_get(&src, p);
   if (p->rc != 0)
     pc_fail("device_region of rank %d's region of %llu bytes failed: %s",
@@ -64,6 +70,23 @@ static void region_part(pc_sess_t *s, const pc_remote_t *theirs,
   pc_part_too_small(&src, p);
   pc_part_agree(s, &src, p);
   if (p->hdr.kind == MEP_DEV_PTR) pc_part_ptr_region(p, theirs->len);
+  if (p->hdr.kind == MEP_DEV_MLX5)
+    pc_part_mlx5_region(&src, p, theirs->len);
+}
+
+/* MEP_DEV_MLX5: the local part of this rank's own registration, which
+ * kernels name as the source of their writes. */
+static void local_part(pc_sess_t *s, const pc_region_t *mine) {
+  if (s->props.dev_kind != MEP_DEV_MLX5) return;
+  pc_part_src_t src = {s, s->peer, NULL, mine->mr};
+  pc_part_t p;
+  pc_part_get(&src, &p);
+  if (p.rc != 0)
+    pc_fail("device_local of this rank's region of %zu bytes failed: %s",
+            mine->len, p.err);
+  pc_part_too_small(&src, &p);
+  pc_part_agree(s, &src, &p);
+  pc_part_mlx5_region(&src, &p, mine->len);
 }
 
 /* The own region's stream, per rank. */
@@ -101,6 +124,10 @@ static void require_functions(const mep_transport_t *tp, int kind) {
     pc_fail("props: dev_kind is %d but device_descriptor or device_region "
             "is missing (see the abi check)",
             kind);
+  if (kind == MEP_DEV_MLX5 &&
+      (!PC_VT_HAS(tp, device_local) || !tp->device_local))
+    pc_fail("props: dev_kind is MEP_DEV_MLX5 but device_local is missing "
+            "(see the abi check)");
 }
 
 void pc_check_descriptors(pc_worker_t *w) {
@@ -111,6 +138,10 @@ void pc_check_descriptors(pc_worker_t *w) {
             "is MEP_DEV_NONE): kernels reach its peers through the core's "
             "proxy");
   require_functions(w->tp, (int)s.props.dev_kind);
+  char why[256];
+  if (pc_cuda_open(why, sizeof why))
+    pc_info("rank %d: no CUDA context is current while the parts are asked "
+            "for: %s", w->rank, why);
   pc_sess_connect(&s);
   pc_link_barrier(1, "the barrier after connect");
   bad_peers(&s);
@@ -130,6 +161,7 @@ void pc_check_descriptors(pc_worker_t *w) {
   pc_region_fill(&mine, 0, len, region_seed(w, w->rank), 0);
   pc_region_share(&s, &mine, &theirs);
   region_part(&s, &theirs, &region);
+  local_part(&s, &mine);
   try_base(&s, &mine, &theirs, &region);
 
   pc_link_barrier(1, "the barrier before unimport");

@@ -65,7 +65,8 @@ static void check_vtable(const pc_worker_t *w) {
 static int fd_open(int fd) { return fcntl(fd, F_GETFD) != -1; }
 
 /* A device kind needs both descriptor parts, in a vtable of ABI 1.3 or
- * later (a 1.3 core reads device_region, not map). With MEP_DEV_NONE the
+ * later (a 1.3 core reads device_region, not map), and MEP_DEV_MLX5 the
+ * local part too (ABI 1.6). With MEP_DEV_NONE the
  * functions are never called, so they may be there: a plugin whose kind
  * depends on the machine keeps them and says NONE where it has none. */
 static void check_dev_kind(const mep_transport_t *tp, mep_dev_kind_t kind) {
@@ -82,6 +83,11 @@ static void check_dev_kind(const mep_transport_t *tp, mep_dev_kind_t kind) {
             (int)kind, tp->struct_size, tp->abi_major, tp->abi_minor);
   if (!tp->device_region)
     pc_fail("props: dev_kind is %d but device_region is NULL", (int)kind);
+  if (kind == MEP_DEV_MLX5 && (!PC_VT_HAS(tp, device_local) ||
+                               !tp->device_local))
+    pc_fail("props: dev_kind is MEP_DEV_MLX5 but device_local (ABI 1.6) is "
+            "%s: kernels could not name their own memory as a source",
+            PC_VT_HAS(tp, device_local) ? "NULL" : "past the vtable's end");
 }
 
 static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {

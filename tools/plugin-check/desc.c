@@ -10,14 +10,18 @@
 #define PC_DESC_SLACK 64
 
 const char *pc_part_fn(const pc_part_src_t *src) {
-  return src->rmr ? "device_region" : "device_descriptor";
+  return src->rmr ? "device_region"
+         : src->mr ? "device_local"
+                   : "device_descriptor";
 }
 
 static int call(const pc_part_src_t *src, void *buf, size_t *len) {
   const mep_transport_t *tp = src->s->tp;
   pc_call_begin(pc_part_fn(src));
   int rc = src->rmr ? tp->device_region(src->s->ep, src->rmr, buf, len)
-                    : tp->device_descriptor(src->s->ctx, src->peer, buf, len);
+           : src->mr ? tp->device_local(src->s->ctx, src->mr, buf, len)
+                     : tp->device_descriptor(src->s->ctx, src->peer, buf,
+                                             len);
   pc_call_end();
   return rc;
 }
@@ -199,4 +203,58 @@ void pc_part_ptr_region(const pc_part_t *p, uint64_t region_len) {
   if (region.len != region_len)
     pc_fail("device_region: len is %llu; the peer's region is %llu bytes",
             (unsigned long long)region.len, (unsigned long long)region_len);
+}
+
+/* ----------------------------------------------------------- MEP_DEV_MLX5 */
+
+static void mlx5_layout(const pc_part_t *p, const char *fn, size_t need) {
+  if (p->hdr.version != MEP_DEV_MLX5_VERSION)
+    pc_fail("%s returned a MEP_DEV_MLX5 part of version %u; this mep knows "
+            "version %d",
+            fn, p->hdr.version, MEP_DEV_MLX5_VERSION);
+  if (p->len < need)
+    pc_fail("%s returned a MEP_DEV_MLX5 part of %zu bytes; version %d has "
+            "%zu",
+            fn, p->len, MEP_DEV_MLX5_VERSION, need);
+}
+
+static int pow2(uint64_t v) { return v && !(v & (v - 1)); }
+
+void pc_part_mlx5_peer(const pc_part_t *p) {
+  mep_dev_mlx5_peer_t q;
+  mlx5_layout(p, "device_descriptor", sizeof q);
+  memcpy(&q, p->bytes, sizeof q);
+  if (!q.qpn || q.qpn > 0xffffffu)
+    pc_fail("device_descriptor: QP number 0x%x; want 24 bits, not 0", q.qpn);
+  if (!pow2(q.sq_bbs) || !pow2(q.cq_n))
+    pc_fail("device_descriptor: a send queue of %u building blocks and a "
+            "CQ of %u entries; want powers of two",
+            q.sq_bbs, q.cq_n);
+  const uint64_t objs[] = {q.sq, q.dbrec, q.db, q.pi, q.ready, q.ci,
+                           q.cq, q.cq_dbrec, q.cq_ci, q.cq_lock};
+  for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++)
+    if (!objs[i])
+      pc_fail("device_descriptor: object %zu of the queue pair (sq, dbrec, "
+              "db, pi, ready, ci, cq, cq_dbrec, cq_ci, cq_lock) is at "
+              "address 0",
+              i);
+  if (q.flags & ~MEP_DEV_MLX5_MODEL)
+    pc_fail("device_descriptor: flags 0x%x has bits that MEP_DEV_MLX5 does "
+            "not define",
+            q.flags);
+  pc_info("rank %d: device_descriptor: MEP_DEV_MLX5, QP 0x%x, %u BBs, %u "
+          "CQEs%s",
+          pc_self()->rank, q.qpn, q.sq_bbs, q.cq_n,
+          q.flags & MEP_DEV_MLX5_MODEL ? " (the software model)" : "");
+}
+
+void pc_part_mlx5_region(const pc_part_src_t *src, const pc_part_t *p,
+                         uint64_t region_len) {
+  const char *fn = pc_part_fn(src);
+  mep_dev_mlx5_region_t r;
+  mlx5_layout(p, fn, sizeof r);
+  memcpy(&r, p->bytes, sizeof r);
+  if (r.len != region_len)
+    pc_fail("%s: len is %llu; the region is %llu bytes", fn,
+            (unsigned long long)r.len, (unsigned long long)region_len);
 }

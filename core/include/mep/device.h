@@ -11,6 +11,12 @@
  *  - MEP_DEV_PTR: the peer's device part is mapped here (this rank itself,
  *    and every peer whose device route gives MEP_DEV_PTR descriptors, such
  *    as the nvlink transport's); kernels store into it directly.
+ *  - MEP_DEV_MLX5: the peer's device route is a transport whose requests
+ *    kernels post themselves (ibgda): kernels write the bytes into this
+ *    rank's host part at a stage offset, as for the proxy, and post an
+ *    RDMA WRITE from there to the peer's host part on the route's queue
+ *    pair, with no CPU on the path (a transport that does not map a peer's
+ *    memory still wins over this kind only where none maps it);
  *  - MEP_DEV_PROXY: kernels write the bytes into this rank's host part (a
  *    "stage" offset the caller picks) and enqueue a command on a
  *    host-mapped ring; a CPU thread of the window carries it out with
@@ -37,7 +43,7 @@
 extern "C" {
 #endif
 
-#define MEP_DEV_WIN_VERSION 2
+#define MEP_DEV_WIN_VERSION 3
 
 /* Commands of the proxy ring. */
 #define MEP_DEV_CMD_PUT 1    /* bytes of own host part -> peer's host part */
@@ -65,7 +71,8 @@ typedef struct mep_dev_win {
   uint64_t bytes;        /* of each part */
   uint8_t *dev_base;     /* this rank's device part */
   uint8_t *host_base;    /* this rank's host part, mapped; NULL if none */
-  const int32_t *kind;   /* device [size]: MEP_DEV_PTR or MEP_DEV_PROXY */
+  const int32_t *kind;   /* device [size]: MEP_DEV_PTR, MEP_DEV_MLX5 or
+                          * MEP_DEV_PROXY */
   uint8_t *const *peer;  /* device [size]: a PTR peer's device part as
                           * mapped here (own rank: dev_base); NULL else */
   mep_dev_cmd_t *ring;   /* host, mapped [ring_len] */
@@ -79,32 +86,40 @@ typedef struct mep_dev_win {
   /* Version 2: each peer's device descriptor as its transport gave it
    * (transport.h), MEP_DEV_DESC_MAX bytes per rank, zero for this rank and
    * for proxy peers: the peer part (the connection) and the region part
-   * (the peer's device part). Device functions of kinds beyond ptr read
-   * them; for MEP_DEV_PTR `peer` above is the region part's base. */
+   * (the peer's part of the window). Device functions of kinds beyond ptr
+   * read them; for MEP_DEV_PTR `peer` above is the region part's base. */
   const uint8_t *peer_desc;   /* device [size][MEP_DEV_DESC_MAX] */
   const uint8_t *region_desc; /* device [size][MEP_DEV_DESC_MAX] */
+  /* Version 3: for a MEP_DEV_MLX5 peer, region_desc is the peer's host
+   * part and local_desc this rank's own host part as the peer's transport
+   * names it (its lkey); zero for the other kinds. */
+  const uint8_t *local_desc;  /* device [size][MEP_DEV_DESC_MAX] */
 } mep_dev_win_t;
 
 typedef struct mep_devwin mep_devwin_t;
 
 /* Creates a window of `bytes` (> 0) per part. Collective: every active
  * rank of `comm` calls it in the same order with the same bytes (else
- * MEP_ERR_MISMATCH). Both parts start zeroed. A peer whose device route
- * (the first transport of the communicator's list that declares
- * MEP_DEV_PTR and gives a descriptor for it; [core] device_transport
- * narrows the choice) maps its memory, and this rank, get MEP_DEV_PTR,
- * every other peer MEP_DEV_PROXY over its route; the host part (and the
- * proxy thread) exist only when a pair of the group needs the proxy, which
- * all ranks agree on. Uses the CUDA device current on the calling thread. The window keeps `comm`,
- * which must outlive it. Errors: MEP_ERR_UNSUPPORTED without CUDA (build
- * or GPU), MEP_ERR_NOMEM, MEP_ERR_SYSTEM for a CUDA failure, errors of the
- * store and transports. */
+ * MEP_ERR_MISMATCH). Both parts start zeroed. Each peer's kind comes from
+ * its device route (the first transport of the communicator's list that
+ * declares MEP_DEV_PTR and gives a descriptor for it, else the first
+ * that declares MEP_DEV_MLX5; [core] device_transport narrows the
+ * choice): MEP_DEV_PTR (and this rank) where it maps the peer's memory,
+ * MEP_DEV_MLX5 where kernels post its requests, MEP_DEV_PROXY over the
+ * communicator's route elsewhere. The host part (and the proxy thread)
+ * exist only when a pair of the group needs a kind other than
+ * MEP_DEV_PTR, which all ranks agree on. Uses the CUDA device current on
+ * the calling thread. The window keeps `comm`, which must outlive it.
+ * Errors: MEP_ERR_UNSUPPORTED without CUDA (build or GPU), MEP_ERR_NOMEM,
+ * MEP_ERR_SYSTEM for a CUDA failure, errors of the store and
+ * transports. */
 MEP_API int mep_devwin_create(mep_comm_t *comm, size_t bytes,
                               mep_devwin_t **out);
 
-/* Lets the proxy carry out every command kernels queued so far (bounded
- * by the communicator's timeout), then stops it: later commands are not
- * served. For a teardown in step: drain, a barrier of the group, then
+/* Lets the proxy carry out every command kernels queued so far, and the
+ * NIC every request they posted to MEP_DEV_MLX5 peers (each bounded by
+ * the communicator's timeout), then stops the proxy: later commands are
+ * not served. For a teardown in step: drain, a barrier of the group, then
  * destroy, so that no rank's late put reaches a peer's freed host part.
  * Call it only when no kernel using the window runs. Returns 0, or
  * MEP_ERR_TIMEOUT (commands left undone), MEP_ERR_SYSTEM, or
@@ -112,7 +127,8 @@ MEP_API int mep_devwin_create(mep_comm_t *comm, size_t bytes,
  * drained, returns 0. */
 MEP_API int mep_devwin_drain(mep_devwin_t *win);
 
-/* Stops the proxy (commands still queued are carried out first, bounded
+/* Drains the window as mep_devwin_drain does (commands still queued, and
+ * requests posted to MEP_DEV_MLX5 peers, are carried out first, bounded
  * by the communicator's timeout), unmaps peers and frees both parts.
  * Local, not collective: peers must no longer write into this rank's
  * window (the caller's protocol ensures it, as for regions). NULL: no-op. */
@@ -127,8 +143,8 @@ MEP_API void *mep_devwin_dev_base(const mep_devwin_t *win);
 MEP_API void *mep_devwin_host_base(const mep_devwin_t *win);
 MEP_API size_t mep_devwin_bytes(const mep_devwin_t *win);
 
-/* The kind kernels use for `peer` (MEP_DEV_PTR or MEP_DEV_PROXY), or
- * MEP_ERR_INVALID for a rank outside the group. */
+/* The kind kernels use for `peer` (MEP_DEV_PTR, MEP_DEV_MLX5 or
+ * MEP_DEV_PROXY), or MEP_ERR_INVALID for a rank outside the group. */
 MEP_API int mep_devwin_kind(const mep_devwin_t *win, int peer);
 
 /* 0 while the proxy has carried out every command; else the first error

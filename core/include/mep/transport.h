@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define MEP_TRANSPORT_ABI_MAJOR 1
-#define MEP_TRANSPORT_ABI_MINOR 5
+#define MEP_TRANSPORT_ABI_MINOR 6
 
 /* The exported symbol's name, as the loader looks it up. */
 #define MEP_TRANSPORT_SYMBOL "mep_transport_plugin_v1"
@@ -192,7 +192,10 @@ typedef struct mep_dev_ptr_region {
  * addresses of the queue pair's objects are where kernels on this
  * process's GPU reach them; `sink` and the region part's raddr are
  * addresses as the NIC names them in WQEs. Version 1: one RC queue pair
- * per peer. */
+ * per peer that kernels alone post on (the host's own requests to the
+ * peer go on another), so producers of the grid share only the counters
+ * below. The region part of this rank's own registration (device_local,
+ * ABI 1.6) names a WRITE's source: raddr its address, rkey its lkey. */
 #define MEP_DEV_MLX5_VERSION 1
 #define MEP_DEV_MLX5_MODEL 1u /* the queues are served by the software
                                * model of the NIC, not by a ConnectX */
@@ -365,6 +368,16 @@ typedef struct mep_transport {
    * longer calls (it stays for older cores). */
   int (*device_region)(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
                        size_t *len);
+
+  /* ABI 1.6. Required for a kind whose kernels name this rank's own
+   * memory in their requests (MEP_DEV_MLX5: the source of an RDMA WRITE,
+   * by its address and lkey), else NULL: the region part of the
+   * descriptor for this rank's own registration mr, laid out as
+   * device_region lays out an imported one (for MEP_DEV_MLX5, raddr and
+   * rkey hold the local address and the lkey). Valid until dereg; at most
+   * *len bytes (at most MEP_DEV_DESC_MAX), *len set. */
+  int (*device_local)(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr, void *desc,
+                      size_t *len);
 } mep_transport_t;
 
 /* ---------------------------------------------------- for plugin hosts

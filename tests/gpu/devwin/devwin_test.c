@@ -5,10 +5,11 @@
  * every source's signal and checks every byte of its receive area,
  * pieces and the gaps between them (devwin_kernels.cu).
  *
- *   devwin_test [-n ranks] [--expect ptr|proxy|any] [--seed S]
+ *   devwin_test [-n ranks] [--expect ptr|proxy|mlx5|any] [--seed S]
  *
  * --expect: the kind every peer must have (MEP_TRANSPORTS=tcp gives proxy;
- * ranks whose GPUs nvlink reaches, ptr). Ranks use GPU rank % (GPUs).
+ * ranks whose GPUs nvlink reaches, ptr; ranks on two "hosts" joined by
+ * ibgda, mlx5: kernels post the RDMA writes themselves). Ranks use GPU rank % (GPUs).
  * Two windows (one of an odd size), two rounds on the first, so the ring
  * and the signals are reused; each rank zeroes its receive areas between
  * rounds (the check expects zeros between and after the pieces). Exits 77 without a usable GPU. */
@@ -45,35 +46,43 @@ static void set_device(int rank, void *arg) {
   if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) cudaSetDevice(rank % n);
 }
 
+static const char *kind_name(int kind) {
+  switch (kind) {
+  case MEP_DEV_PTR: return "ptr";
+  case MEP_DEV_MLX5: return "mlx5";
+  case MEP_DEV_PROXY: return "proxy";
+  default: return "?";
+  }
+}
+
 static int check_kinds(const cfg_t *k, mep_devwin_t *w, int rank, int n) {
-  int proxy = 0;
+  int host = 0;
   for (int p = 0; p < n; p++) {
     int kind = mep_devwin_kind(w, p);
     if (p == rank && kind != MEP_DEV_PTR)
       FAILF("own kind is %d, not MEP_DEV_PTR", kind);
     if (p == rank) continue;
-    if (kind != MEP_DEV_PTR && kind != MEP_DEV_PROXY)
+    if (kind != MEP_DEV_PTR && kind != MEP_DEV_PROXY && kind != MEP_DEV_MLX5)
       FAILF("kind of rank %d is %d", p, kind);
-    proxy |= kind == MEP_DEV_PROXY;
-    if (!strcmp(k->expect, "ptr") && kind != MEP_DEV_PTR)
-      FAILF("rank %d is reached through the proxy, expected mapped "
-            "(MEP_LOG=debug tells why)", p);
-    if (!strcmp(k->expect, "proxy") && kind != MEP_DEV_PROXY)
-      FAILF("rank %d is mapped, expected the proxy", p);
+    host |= kind != MEP_DEV_PTR;
+    if (strcmp(k->expect, "any") && strcmp(k->expect, kind_name(kind)))
+      FAILF("rank %d is reached as %s, expected %s (MEP_LOG=debug tells "
+            "why)", p, kind_name(kind), k->expect);
   }
   if (mep_devwin_kind(w, n) != MEP_ERR_INVALID ||
       mep_devwin_kind(w, -1) != MEP_ERR_INVALID)
     FAILF("mep_devwin_kind accepts ranks outside the group");
-  /* a proxy anywhere in the group gives every rank a host part */
-  if (proxy && !mep_devwin_host_base(w))
-    FAILF("a peer needs the proxy but there is no host part");
+  /* a proxy or mlx5 peer anywhere in the group gives every rank a host
+   * part */
+  if (host && !mep_devwin_host_base(w))
+    FAILF("a peer needs the host part but there is none");
   if (!mep_devwin_dev_base(w) || !mep_devwin_device(w))
     FAILF("no device part or descriptor");
   return 0;
 }
 
-/* Zeroes this rank's receive areas (device part and, with the proxy, host
- * part): a round checks the gaps between its pieces and the area past the
+/* Zeroes this rank's receive areas (device part and, where there is one,
+ * host part): a round checks the gaps between its pieces and the area past the
  * last one for zeros, and the pieces of the round before lie elsewhere
  * (their offsets and lengths follow the seed). Done before the barrier
  * that ends the round, so no peer writes into an area while it clears. */
@@ -114,8 +123,7 @@ static int round_on(const cfg_t *k, mep_devwin_t *w, mep_comm_t *comm,
       bad = fprintf(stderr, "rank %d: round %d: %llu bytes from rank %d "
                     "differ, the first at offset %llu of its area (%s)\n",
                     rank, r, res[s].bad, s, res[s].first,
-                    mep_devwin_kind(w, s) == MEP_DEV_PTR ? "mapped"
-                                                         : "proxy");
+                    kind_name(mep_devwin_kind(w, s)));
   }
   free(res);
   char msg[512];
@@ -148,7 +156,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
     if (rank == 0)
       printf("window %d: %llu bytes, %s\n", wi,
              (unsigned long long)dw_bytes(&p),
-             mep_devwin_host_base(w) ? "with the proxy" : "all mapped");
+             mep_devwin_host_base(w) ? "with a host part" : "all mapped");
     for (int r = 0; r < (wi ? 1 : 2); r++)
       if (round_on(k, w, comm, &p, r)) return 1;
     if ((rc = mep_devwin_destroy(w)))
@@ -169,12 +177,12 @@ int main(int argc, char **argv) {
       k.seed = strtoull(argv[++i], NULL, 0);
     else {
       fprintf(stderr, "usage: devwin_test [-n ranks] "
-              "[--expect ptr|proxy|any] [--seed S]\n");
+              "[--expect ptr|proxy|mlx5|any] [--seed S]\n");
       return 2;
     }
   }
   if (k.n < 2 || (strcmp(k.expect, "ptr") && strcmp(k.expect, "proxy") &&
-                  strcmp(k.expect, "any"))) {
+                  strcmp(k.expect, "mlx5") && strcmp(k.expect, "any"))) {
     fprintf(stderr, "devwin_test: bad -n or --expect\n");
     return 2;
   }

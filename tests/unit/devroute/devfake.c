@@ -9,9 +9,13 @@
  *   DEVFAKE_NODESC=r1,r2  device_descriptor says MEP_ERR_UNREACHABLE for
  *                         those peers (each side names the other)
  *   DEVFAKE_KIND=none     declares MEP_DEV_NONE instead of MEP_DEV_PTR
- * Its region part's base is the registering process's own address of the
- * region (carried in the remote key), so a test can see that the key of
- * the right allocation travelled. */
+ *   DEVFAKE_MLX5=NAME     the fake of that name declares MEP_DEV_MLX5 (its
+ *                         peer part's qpn is the peer's rank; it registers
+ *                         host memory too, and gives local parts)
+ * Its region part's base (raddr for MLX5) is the registering process's
+ * own address of the region (carried in the remote key), so a test can
+ * see that the key of the right allocation travelled; an MLX5 key is the
+ * owner's rank + DEVFAKE_KEY. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,12 @@
 #ifndef DEVFAKE_NAME
 #define DEVFAKE_NAME "devfake"
 #endif
+#define DEVFAKE_KEY 1000u
+
+static int is_mlx5(void) {
+  const char *m = getenv("DEVFAKE_MLX5");
+  return m && !strcmp(m, DEVFAKE_NAME);
+}
 
 typedef struct ctx {
   const mep_tp_env_t *env;
@@ -69,7 +79,8 @@ static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {
   mep_tp_props_t full = {.struct_size = p->struct_size,
                          .mem_kinds = MEP_TP_MEM_CUDA,
                          .dev_kind = k && !strcmp(k, "none") ? MEP_DEV_NONE
-                                                             : MEP_DEV_PTR,
+                                     : is_mlx5()              ? MEP_DEV_MLX5
+                                                              : MEP_DEV_PTR,
                          .event_fd = -1};
   memcpy(p, &full, p->struct_size < sizeof full ? p->struct_size
                                                 : sizeof full);
@@ -114,13 +125,15 @@ static int f_connect(mep_tp_ctx_t *ctx, int peer, const void *blob,
 static int f_reg(mep_tp_ctx_t *ctx, void *ptr, size_t len, mep_memkind_t kind,
                  mep_tp_mr_t **mr, void *rkey, size_t *rkey_len) {
   ctx_t *c = ctx;
-  if (kind != MEP_MEM_CUDA || *rkey_len < sizeof(rkey_t))
+  if ((kind != MEP_MEM_CUDA && !is_mlx5()) || *rkey_len < sizeof(rkey_t))
     return MEP_ERR_UNSUPPORTED;
   rkey_t k = {(uint64_t)(uintptr_t)ptr, len, c->rank};
   memcpy(rkey, &k, sizeof k);
   *rkey_len = sizeof k;
-  *mr = malloc(1);
-  return *mr ? 0 : MEP_ERR_NOMEM;
+  rkey_t *m = malloc(sizeof *m);
+  if (m) *m = k;
+  *mr = m;
+  return m ? 0 : MEP_ERR_NOMEM;
 }
 
 static int f_dereg(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr) {
@@ -174,6 +187,13 @@ static int f_poll(mep_tp_ctx_t *ctx, mep_tp_completion_t *out, int max) {
   return 0;
 }
 
+static int put(const void *part, size_t n, void *desc, size_t *len) {
+  if (*len < n) return MEP_ERR_INVALID;
+  memcpy(desc, part, n);
+  *len = n;
+  return 0;
+}
+
 static int f_descriptor(mep_tp_ctx_t *ctx, int peer, void *desc,
                         size_t *len) {
   ctx_t *c = ctx;
@@ -182,24 +202,41 @@ static int f_descriptor(mep_tp_ctx_t *ctx, int peer, void *desc,
                       peer);
     return MEP_ERR_UNREACHABLE;
   }
+  if (is_mlx5()) {
+    mep_dev_mlx5_peer_t m = {.hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION,
+                                     sizeof m},
+                             .qpn = (uint32_t)peer};
+    return put(&m, sizeof m, desc, len);
+  }
   mep_dev_ptr_peer_t d = {{MEP_DEV_PTR, MEP_DEV_PTR_VERSION, sizeof d},
                           peer, MEP_DEV_PTR_PEER_ACCESS};
-  if (*len < sizeof d) return MEP_ERR_INVALID;
-  memcpy(desc, &d, sizeof d);
-  *len = sizeof d;
-  return 0;
+  return put(&d, sizeof d, desc, len);
+}
+
+/* A key as the region part of its kind lays it out. */
+static int region_part(const rkey_t *k, void *desc, size_t *len) {
+  if (is_mlx5()) {
+    mep_dev_mlx5_region_t m = {
+        .hdr = {MEP_DEV_MLX5, MEP_DEV_MLX5_VERSION, sizeof m},
+        .raddr = k->base, .len = k->len,
+        .rkey = DEVFAKE_KEY + (uint32_t)k->owner};
+    return put(&m, sizeof m, desc, len);
+  }
+  mep_dev_ptr_region_t d = {{MEP_DEV_PTR, MEP_DEV_PTR_VERSION, sizeof d},
+                            k->base, k->len};
+  return put(&d, sizeof d, desc, len);
 }
 
 static int f_region(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr, void *desc,
                     size_t *len) {
   (void)ep;
-  const rkey_t *k = rmr;
-  mep_dev_ptr_region_t d = {{MEP_DEV_PTR, MEP_DEV_PTR_VERSION, sizeof d},
-                            k->base, k->len};
-  if (*len < sizeof d) return MEP_ERR_INVALID;
-  memcpy(desc, &d, sizeof d);
-  *len = sizeof d;
-  return 0;
+  return region_part(rmr, desc, len);
+}
+
+static int f_local(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr, void *desc,
+                   size_t *len) {
+  (void)ctx;
+  return region_part(mr, desc, len);
 }
 
 static int f_close(mep_tp_ep_t *ep) {
@@ -245,4 +282,5 @@ __attribute__((visibility("default"))) const mep_transport_t
         .close = f_close,
         .fini = f_fini,
         .device_region = f_region,
+        .device_local = f_local,
 };

@@ -16,7 +16,12 @@
  *           pair has no device route (the reason names both transports),
  *           every other pair has one
  *   none    both fakes declare no device kind: no route, and why
- *   notdev  [core] device_transport = tcp, which declares no device kind */
+ *   notdev  [core] device_transport = tcp, which declares no device kind
+ *   kinds   devfake,devfake2,tcp with devfake declaring MEP_DEV_MLX5: the
+ *           mapped kind wins (devfake2) though listed second, the MLX5
+ *           route is devfake's and asking for it leaves the PTR route as
+ *           it was; host memory shared through the MLX5 routes arrives
+ *           with the peer's key, and the local part names this rank's */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,18 +40,22 @@ typedef struct scen {
   const char *want;             /* expected route for reachable pairs */
   int nodesc01;                 /* ranks 0 and 1 refuse their pair */
   const char *why;              /* for pairs without a route: in the reason */
+  const char *mlx5;             /* DEVFAKE_MLX5 */
 } scen_t;
 
 static const scen_t scens[] = {
-    {"first", "devfake,devfake2,tcp", NULL, NULL, "devfake", 0, NULL},
-    {"order", "devfake2,devfake,tcp", NULL, NULL, "devfake2", 0, NULL},
-    {"forced", "devfake,devfake2,tcp", "devfake2", NULL, "devfake2", 0, NULL},
+    {"first", "devfake,devfake2,tcp", NULL, NULL, "devfake", 0, NULL, NULL},
+    {"order", "devfake2,devfake,tcp", NULL, NULL, "devfake2", 0, NULL, NULL},
+    {"forced", "devfake,devfake2,tcp", "devfake2", NULL, "devfake2", 0, NULL,
+     NULL},
     {"nodesc", "devfake,devfake2,tcp", NULL, NULL, "devfake", 1,
-     "devfake: devfake: rank"},
+     "devfake: devfake: rank", NULL},
     {"none", "devfake,devfake2,tcp", NULL, "none", NULL, 0,
-     "no transport of this communicator declares a device kind"},
+     "no transport of this communicator declares a device kind", NULL},
     {"notdev", "devfake,devfake2,tcp", "tcp", NULL, NULL, 0,
-     "devfake: not [core] device_transport (tcp)"},
+     "devfake: not [core] device_transport (tcp)", NULL},
+    {"kinds", "devfake,devfake2,tcp", NULL, NULL, "devfake2", 0, NULL,
+     "devfake"},
 };
 
 static const scen_t *scen;
@@ -70,6 +79,59 @@ static void *fake_base(int rank) {
 }
 
 static size_t fake_len(int rank) { return 4096u + 64u * (unsigned)rank; }
+
+/* The MLX5 route to p is the fake that declares it, with its peer part. */
+static void check_mlx5_route(mep_comm_t *comm, int rank, int p) {
+  const mep__devroute_t *m = NULL;
+  CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_MLX5), &m, NULL,
+                          0) == 0,
+        "rank %d -> %d: no MLX5 route: %s", rank, p, mep_last_error());
+  const mep_dev_mlx5_peer_t *d = (const mep_dev_mlx5_peer_t *)m->desc;
+  CHECK(!strcmp(comm->tps[m->tp].name, scen->mlx5) &&
+            m->kind == MEP_DEV_MLX5 && m->desc_len == sizeof *d &&
+            d->qpn == (uint32_t)p,
+        "rank %d -> %d: MLX5 route through %s, kind %d, %zu bytes, qpn %u",
+        rank, p, comm->tps[m->tp].name, (int)m->kind, m->desc_len, d->qpn);
+}
+
+/* Host memory shared through the MLX5 routes: each peer's arrives as its
+ * address and key, and the local part names this rank's own. */
+static void share_host(mep_comm_t *comm, int rank, int size) {
+  const mep__devroute_t **mr = calloc((size_t)size, sizeof *mr);
+  CHECK(mr, "out of memory");
+  for (int p = 0; p < size; p++)
+    if (p != rank)
+      CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_MLX5), &mr[p],
+                              NULL, 0) == 0, "MLX5 route: %s",
+            mep_last_error());
+  mep__devshare_t *sh = NULL;
+  CHECK(mep__devshare_open(comm, "host", 8, fake_base(rank), fake_len(rank),
+                           MEP_MEM_HOST, mr, &sh) == 0,
+        "rank %d: share host memory: %s", rank, mep_last_error());
+  CHECK(mep_barrier(comm, NULL) >= 0, "barrier: %s", mep_last_error());
+  for (int p = 0; p < size; p++) {
+    if (p == rank) continue;
+    const mep__devpeer_t *dp = NULL;
+    CHECK(mep__devshare_import(sh, p, &dp) == 0, "rank %d: import rank %d: "
+          "%s", rank, p, mep_last_error());
+    const mep_dev_mlx5_region_t *g = (const mep_dev_mlx5_region_t *)dp->region;
+    const mep_dev_mlx5_region_t *l = (const mep_dev_mlx5_region_t *)dp->local;
+    CHECK(dp->region_len == sizeof *g &&
+              g->raddr == (uint64_t)(uintptr_t)fake_base(p) &&
+              g->len == fake_len(p) && g->rkey == 1000u + (uint32_t)p,
+          "rank %d: rank %d's host part arrived as 0x%llx + %llu, key %u",
+          rank, p, (unsigned long long)g->raddr, (unsigned long long)g->len,
+          g->rkey);
+    CHECK(dp->local_len == sizeof *l &&
+              l->raddr == (uint64_t)(uintptr_t)fake_base(rank) &&
+              l->len == fake_len(rank) && l->rkey == 1000u + (uint32_t)rank,
+          "rank %d: its own part toward rank %d is 0x%llx + %llu, key %u "
+          "(%zu bytes)", rank, p, (unsigned long long)l->raddr,
+          (unsigned long long)l->len, l->rkey, dp->local_len);
+  }
+  mep__devshare_close(sh);
+  free(mr);
+}
 
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   (void)store, (void)arg;
@@ -101,20 +163,25 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
               d->hdr.kind == MEP_DEV_PTR && d->device == p,
           "rank %d -> %d: descriptor kind %d len %zu device %d", rank, p,
           (int)r->kind, r->desc_len, d->device);
-    /* a route asked for another set of kinds is chosen anew */
-    CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_MLX5), &r, NULL,
-                            0) == MEP_ERR_UNREACHABLE,
-          "rank %d -> %d: a kind nobody declares found a route", rank, p);
-    CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_PTR), &r, NULL,
-                            0) == 0 && !strcmp(comm->tps[r->tp].name,
-                                               scen->want),
-          "rank %d -> %d: chosen again", rank, p);
+    const mep__devroute_t *ptr = r;
+    if (!scen->mlx5)
+      CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_MLX5), &r, NULL,
+                              0) == MEP_ERR_UNREACHABLE,
+            "rank %d -> %d: a kind nobody declares found a route", rank, p);
+    else
+      check_mlx5_route(comm, rank, p);
+    /* asking for other kinds left the PTR route as it was */
+    CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_PTR) |
+                                         MEP__DEV_KINDS(MEP_DEV_MLX5),
+                            &r, NULL, 0) == 0 && r == ptr &&
+              mep__devroute_current(comm, p, r->gen),
+          "rank %d -> %d: the PTR route was chosen anew", rank, p);
     routes[p] = r;
   }
   /* Share a fake allocation through the routes; every peer's arrives. */
   mep__devshare_t *sh = NULL;
   CHECK(mep__devshare_open(comm, "test", 7, fake_base(rank), fake_len(rank),
-                           routes, &sh) == 0,
+                           MEP_MEM_CUDA, routes, &sh) == 0,
         "rank %d: share: %s", rank, mep_last_error());
   CHECK(mep_barrier(comm, NULL) >= 0, "barrier: %s", mep_last_error());
   for (int p = 0; p < size; p++) {
@@ -134,6 +201,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
           fake_base(p), fake_len(p));
   }
   mep__devshare_close(sh);
+  if (scen->mlx5) share_host(comm, rank, size);
   free(routes);
   /* destroy closes the routes' connections: devfake's fini checks */
   return 0;
@@ -155,6 +223,7 @@ int main(int argc, char **argv) {
   if (scen->device_transport)
     setenv("MEP_CORE_DEVICE_TRANSPORT", scen->device_transport, 1);
   if (scen->kind) setenv("DEVFAKE_KIND", scen->kind, 1);
+  if (scen->mlx5) setenv("DEVFAKE_MLX5", scen->mlx5, 1);
   mep_launch_opts_t lo = {.size = n, .timeout_ms = 60000, .name = "devroute",
                           .before_comm = before_comm};
   int failed = mep_launch(&lo, body, NULL);

@@ -20,15 +20,21 @@
  *
  * stage_off must be unique among the puts in flight of one call: for a
  * MEP_DEV_PROXY peer the bytes wait there (this rank's host part) until
- * the proxy has sent them (*ring_done passed its slot). dst_off, stage_off and len are bounds-checked
- * by the proxy on the host (a bad command is dropped and reported).
+ * the proxy has sent them (*ring_done passed its slot), for a
+ * MEP_DEV_MLX5 peer until the NIC has read them (mep_dev_quiet). For the
+ * proxy, dst_off, stage_off and len are bounds-checked on the host (a bad
+ * command is dropped and reported); for MEP_DEV_MLX5 the NIC checks them
+ * against the memory keys (a bad request fails the queue pair, whose
+ * later requests then fail too, as on mlx5).
  * Deadlines are %globaltimer nanoseconds (mep_dev_now_ns() + timeout);
- * the functions return 0, or -1 when the ring stayed full past it.
+ * the functions return 0, -1 when the ring (or send queue) stayed full
+ * past it, or -2 when a MEP_DEV_MLX5 peer's queue pair failed.
  */
 #ifndef MEP_DEVICE_WIN_CUH
 #define MEP_DEVICE_WIN_CUH
 
 #include "mep/device.h"
+#include "mep/device/mlx5_qp.h"
 
 __device__ __forceinline__ uint64_t mep_dev_now_ns(void) {
   uint64_t t;
@@ -48,6 +54,79 @@ __device__ __forceinline__ void mep_dev_store_release(volatile uint64_t *p,
                                                       uint64_t v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;"
                :: "l"(p), "l"(v) : "memory");
+}
+
+/* Peer's entry of one of the window's descriptor arrays. */
+__device__ __forceinline__ const void *mep__dev_part(const uint8_t *parts,
+                                                    int peer) {
+  return parts + (size_t)peer * MEP_DEV_DESC_MAX;
+}
+
+/* Largest byte count of one RDMA WRITE the window posts (mlx5 reads a
+ * count of 0 as 2 GiB). */
+#define MEP__DEV_MLX5_MAX_WRITE (1u << 30)
+
+/* One thread: RDMA WRITEs of len bytes from this rank's host part at
+ * src_off to the MLX5 peer's at dst_off, on its queue pair. Inlined, as
+ * the rest: a call's ABI cost the EP kernels more registers than the
+ * inlined branch (ptxas -v), where they bought occupancy. */
+__device__ __forceinline__ int mep__dev_mlx5_put(
+    const mep_dev_win_t *w, int peer, uint64_t dst_off, uint64_t src_off,
+    uint64_t len, uint64_t deadline_ns) {
+  mep_mlx5_qp_t q = mep_mlx5_qp_view(
+      (const mep_dev_mlx5_peer_t *)mep__dev_part(w->peer_desc, peer));
+  const mep_dev_mlx5_region_t *r = (const mep_dev_mlx5_region_t *)
+      mep__dev_part(w->region_desc, peer);
+  const mep_dev_mlx5_region_t *l = (const mep_dev_mlx5_region_t *)
+      mep__dev_part(w->local_desc, peer);
+  while (len) {
+    uint32_t n = len > MEP__DEV_MLX5_MAX_WRITE ? MEP__DEV_MLX5_MAX_WRITE
+                                               : (uint32_t)len;
+    int rc = mep_mlx5_qp_put(&q, r->raddr + dst_off, r->rkey,
+                             l->raddr + src_off, l->rkey, n, deadline_ns);
+    if (rc) return rc;
+    dst_off += n;
+    src_off += n;
+    len -= n;
+  }
+  return 0;
+}
+
+/* One thread: an inline RDMA WRITE of the 8-byte value to the MLX5 peer's
+ * host part at off, after the requests before it on the queue pair. */
+__device__ __forceinline__ int mep__dev_mlx5_signal(
+    const mep_dev_win_t *w, int peer, uint64_t off, uint64_t value,
+    uint64_t deadline_ns) {
+  mep_mlx5_qp_t q = mep_mlx5_qp_view(
+      (const mep_dev_mlx5_peer_t *)mep__dev_part(w->peer_desc, peer));
+  const mep_dev_mlx5_region_t *r = (const mep_dev_mlx5_region_t *)
+      mep__dev_part(w->region_desc, peer);
+  return mep_mlx5_qp_signal(&q, r->raddr + off, r->rkey, value, 0,
+                            deadline_ns);
+}
+
+/* One thread: waits until the NIC has carried out every request posted
+ * so far to each MEP_DEV_MLX5 peer, so that the stage bytes they read may
+ * be written again. Nothing to wait for with the other kinds (the proxy's
+ * ring has its own counter, ring_done). 0, -1 (deadline) or -2 (a queue
+ * pair failed: its requests will never complete, so waiting is over). */
+__device__ __forceinline__ int mep_dev_quiet(const mep_dev_win_t *w,
+                                                 uint64_t deadline_ns) {
+  int rc = 0;
+  for (int p = 0; p < w->size; p++) {
+    if (w->kind[p] != MEP_DEV_MLX5) continue;
+    mep_mlx5_qp_t q = mep_mlx5_qp_view(
+        (const mep_dev_mlx5_peer_t *)mep__dev_part(w->peer_desc, p));
+    /* completions that came free it without a NOP of its own */
+    if (mep_mlx5_load64(q.ready) == mep_mlx5_load64(q.ci)) continue;
+    if (mep_mlx5_qp_poll(&q) == 0 &&
+        mep_mlx5_load64(q.ready) == mep_mlx5_load64(q.ci))
+      continue;
+    int r = mep_mlx5_qp_quiet(&q, deadline_ns);
+    if (r == -1) return -1;
+    if (r) rc = r;
+  }
+  return rc;
 }
 
 /* Where the bytes for `peer` at its offset dst_off are to be written. */
@@ -105,7 +184,10 @@ __device__ __forceinline__ int mep_dev_put(const mep_dev_win_t *w, int peer,
                                            uint64_t dst_off,
                                            uint64_t stage_off, uint64_t len,
                                            uint64_t deadline_ns) {
-  if (w->kind[peer] == MEP_DEV_PTR) return 0;
+  int32_t k = w->kind[peer];
+  if (k == MEP_DEV_PTR) return 0;
+  if (k == MEP_DEV_MLX5)
+    return mep__dev_mlx5_put(w, peer, dst_off, stage_off, len, deadline_ns);
   return mep__dev_enqueue(w, MEP_DEV_CMD_PUT, peer, stage_off, dst_off, len,
                           deadline_ns);
 }
@@ -120,11 +202,14 @@ __device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
                                                      int peer, uint64_t off,
                                                      uint64_t value,
                                                      uint64_t deadline_ns) {
-  if (w->kind[peer] == MEP_DEV_PTR) {
+  int32_t k = w->kind[peer];
+  if (k == MEP_DEV_PTR) {
     asm volatile("st.relaxed.sys.global.u64 [%0], %1;"
                  :: "l"(w->peer[peer] + off), "l"(value) : "memory");
     return 0;
   }
+  if (k == MEP_DEV_MLX5)
+    return mep__dev_mlx5_signal(w, peer, off, value, deadline_ns);
   return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
                           deadline_ns);
 }

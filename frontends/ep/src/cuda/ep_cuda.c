@@ -151,6 +151,12 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   }
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  /* Kernels that post a NIC's requests (MEP_DEV_MLX5) store WQEs and ring
+   * doorbells over PCIe while a receive kernel launched early polls the
+   * host part over PCIe too: over the model of the NIC that made a
+   * combine 30 times slower (docs/ibgda.md). No early receive then. */
+  for (int p = 0; p < b->size && cu->early_recv; p++)
+    if (mep_devwin_kind(cu->win, p) == MEP_DEV_MLX5) cu->early_recv = 0;
   /* Reduce mode (ep_cuda.h) needs every pair of ranks mapped, which the
    * window says alike on every rank. MEP_EP_COMBINE_REDUCE: 0 never, 1
    * always, unset by the rule in mep__ep_cuda_combine. */

@@ -196,8 +196,10 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
 
 /* One thread: before a send kernel writes the stages of this rank's host
  * part again, the proxy must have carried out every command of the
- * previous send of its kind (mark). Gives up at the deadline (the proxy
- * is stuck on a failed peer: receivers' timeouts handle that). */
+ * previous send of its kind (mark), and the NIC must have read what was
+ * posted to MEP_DEV_MLX5 peers. Gives up at the deadline (the proxy or a
+ * queue pair is stuck on a failed peer: receivers' timeouts handle
+ * that). */
 __device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
                                               int kind, uint64_t deadline) {
   const mep_dev_win_t *w = c.win;
@@ -206,6 +208,7 @@ __device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
       *(volatile unsigned long long *)&c.st->mark[kind];
   while (*w->ring_done < mark && mep_dev_now_ns() <= deadline)
     __nanosleep(128);
+  (void)mep_dev_quiet(w, deadline);
 }
 
 /* Thread 0 of a block stamps `field` of its block for kind (a diagnosis

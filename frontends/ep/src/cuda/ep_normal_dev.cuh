@@ -81,13 +81,15 @@ __device__ __forceinline__ uint64_t epn_seq(const mep__epn_k_t &k, int kind) {
 }
 
 /* Thread 0, before a send rewrites the stages of the host part: the proxy
- * has carried out every command of the previous send of its kind. */
+ * has carried out every command of the previous send of its kind, and the
+ * NIC has read what was posted to MEP_DEV_MLX5 peers. */
 __device__ __forceinline__ void epn_stage_gate(const mep__epn_k_t &k,
                                                int mark, uint64_t deadline) {
   const mep_dev_win_t *w = k.win;
   if (!k.has_proxy || !w->ring_len || threadIdx.x) return;
   unsigned long long m = *(volatile unsigned long long *)&k.st->d.mark[mark];
   while (*w->ring_done < m && mep_dev_now_ns() <= deadline) __nanosleep(128);
+  (void)mep_dev_quiet(w, deadline);
 }
 
 /* One thread of a send's last block, for one active peer: puts the n
