@@ -163,15 +163,21 @@ void pc_part_agree(pc_sess_t *s, const pc_part_src_t *src,
 
 /* ------------------------------------------------------------ MEP_DEV_PTR */
 
-static void ptr_layout(const pc_part_t *p, const char *fn, size_t need) {
-  if (p->hdr.version != MEP_DEV_PTR_VERSION)
-    pc_fail("%s returned a MEP_DEV_PTR part of version %u; this mep knows "
-            "version %d",
-            fn, p->hdr.version, MEP_DEV_PTR_VERSION);
+/* The part's version is the one this mep knows for its kind, and the
+ * part is at least that version's struct. */
+static void layout(const pc_part_t *p, const char *fn, const char *kind,
+                   int version, size_t need) {
+  if (p->hdr.version != version)
+    pc_fail("%s returned a %s part of version %u; this mep knows version "
+            "%d",
+            fn, kind, p->hdr.version, version);
   if (p->len < need)
-    pc_fail("%s returned a MEP_DEV_PTR part of %zu bytes; version %d has "
-            "%zu",
-            fn, p->len, MEP_DEV_PTR_VERSION, need);
+    pc_fail("%s returned a %s part of %zu bytes; version %d has %zu", fn,
+            kind, p->len, version, need);
+}
+
+static void ptr_layout(const pc_part_t *p, const char *fn, size_t need) {
+  layout(p, fn, "MEP_DEV_PTR", MEP_DEV_PTR_VERSION, need);
 }
 
 void pc_part_ptr_peer(const pc_part_t *p) {
@@ -208,14 +214,7 @@ void pc_part_ptr_region(const pc_part_t *p, uint64_t region_len) {
 /* ----------------------------------------------------------- MEP_DEV_MLX5 */
 
 static void mlx5_layout(const pc_part_t *p, const char *fn, size_t need) {
-  if (p->hdr.version != MEP_DEV_MLX5_VERSION)
-    pc_fail("%s returned a MEP_DEV_MLX5 part of version %u; this mep knows "
-            "version %d",
-            fn, p->hdr.version, MEP_DEV_MLX5_VERSION);
-  if (p->len < need)
-    pc_fail("%s returned a MEP_DEV_MLX5 part of %zu bytes; version %d has "
-            "%zu",
-            fn, p->len, MEP_DEV_MLX5_VERSION, need);
+  layout(p, fn, "MEP_DEV_MLX5", MEP_DEV_MLX5_VERSION, need);
 }
 
 static int pow2(uint64_t v) { return v && !(v & (v - 1)); }
