@@ -86,12 +86,15 @@ static void check_mlx5_route(mep_comm_t *comm, int rank, int p) {
   CHECK(mep__devroute_get(comm, p, MEP__DEV_KINDS(MEP_DEV_MLX5), &m, NULL,
                           0) == 0,
         "rank %d -> %d: no MLX5 route: %s", rank, p, mep_last_error());
-  const mep_dev_mlx5_peer_t *d = (const mep_dev_mlx5_peer_t *)m->desc;
+  /* descriptor bytes carry no alignment: copied out, as kernels' copies
+   * are made */
+  mep_dev_mlx5_peer_t d;
+  memcpy(&d, m->desc, sizeof d);
   CHECK(!strcmp(comm->tps[m->tp].name, scen->mlx5) &&
-            m->kind == MEP_DEV_MLX5 && m->desc_len == sizeof *d &&
-            d->qpn == (uint32_t)p,
+            m->kind == MEP_DEV_MLX5 && m->desc_len == sizeof d &&
+            d.qpn == (uint32_t)p,
         "rank %d -> %d: MLX5 route through %s, kind %d, %zu bytes, qpn %u",
-        rank, p, comm->tps[m->tp].name, (int)m->kind, m->desc_len, d->qpn);
+        rank, p, comm->tps[m->tp].name, (int)m->kind, m->desc_len, d.qpn);
 }
 
 /* Host memory shared through the MLX5 routes: each peer's arrives as its
@@ -114,20 +117,21 @@ static void share_host(mep_comm_t *comm, int rank, int size) {
     const mep__devpeer_t *dp = NULL;
     CHECK(mep__devshare_import(sh, p, &dp) == 0, "rank %d: import rank %d: "
           "%s", rank, p, mep_last_error());
-    const mep_dev_mlx5_region_t *g = (const mep_dev_mlx5_region_t *)dp->region;
-    const mep_dev_mlx5_region_t *l = (const mep_dev_mlx5_region_t *)dp->local;
-    CHECK(dp->region_len == sizeof *g &&
-              g->raddr == (uint64_t)(uintptr_t)fake_base(p) &&
-              g->len == fake_len(p) && g->rkey == 1000u + (uint32_t)p,
+    mep_dev_mlx5_region_t g, l;
+    memcpy(&g, dp->region, sizeof g);
+    memcpy(&l, dp->local, sizeof l);
+    CHECK(dp->region_len == sizeof g &&
+              g.raddr == (uint64_t)(uintptr_t)fake_base(p) &&
+              g.len == fake_len(p) && g.rkey == 1000u + (uint32_t)p,
           "rank %d: rank %d's host part arrived as 0x%llx + %llu, key %u",
-          rank, p, (unsigned long long)g->raddr, (unsigned long long)g->len,
-          g->rkey);
-    CHECK(dp->local_len == sizeof *l &&
-              l->raddr == (uint64_t)(uintptr_t)fake_base(rank) &&
-              l->len == fake_len(rank) && l->rkey == 1000u + (uint32_t)rank,
+          rank, p, (unsigned long long)g.raddr, (unsigned long long)g.len,
+          g.rkey);
+    CHECK(dp->local_len == sizeof l &&
+              l.raddr == (uint64_t)(uintptr_t)fake_base(rank) &&
+              l.len == fake_len(rank) && l.rkey == 1000u + (uint32_t)rank,
           "rank %d: its own part toward rank %d is 0x%llx + %llu, key %u "
-          "(%zu bytes)", rank, p, (unsigned long long)l->raddr,
-          (unsigned long long)l->len, l->rkey, dp->local_len);
+          "(%zu bytes)", rank, p, (unsigned long long)l.raddr,
+          (unsigned long long)l.len, l.rkey, dp->local_len);
   }
   mep__devshare_close(sh);
   free(mr);
