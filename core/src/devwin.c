@@ -106,6 +106,7 @@ struct mep_devwin {
   size_t bytes;
   uint64_t serial;           /* of the store keys, agreed by all ranks */
   int32_t *kind;             /* [size] */
+  int nkind[MEP_DEV_PROXY + 1]; /* peers (this rank aside) of each kind */
   uint8_t **peer;            /* [size]: mapped device parts, own: dev_base */
   const mep__devroute_t **routes; /* [size]: of the MEP_DEV_PTR peers */
   const mep__devroute_t **mroutes; /* [size]: of the MEP_DEV_MLX5 peers */
@@ -213,6 +214,7 @@ static int local_part(mep_devwin_t *w, const uint8_t *act, int *need) {
     if (rc && rc != MEP_ERR_UNREACHABLE)
       return mep__err_wrap(rc, "device window: rank %d's device route", p);
     w->kind[p] = r ? (int32_t)r->kind : MEP_DEV_PROXY;
+    w->nkind[w->kind[p]]++;
     if (r && r->kind == MEP_DEV_PTR) w->routes[p] = r;
     if (r && r->kind == MEP_DEV_MLX5) w->mroutes[p] = r;
     if (act[p] && w->kind[p] != MEP_DEV_PTR) *need = 1;
@@ -282,13 +284,22 @@ static int descriptor(mep_devwin_t *w) {
                           : mep__cuda_err(e, "device window: its descriptor");
 }
 
-/* Copies what kernels need of peer p's part (dp) into the descriptor
- * arrays. */
-static void keep_desc(mep_devwin_t *w, int p, const mep__devpeer_t *dp) {
+/* Imports peer p's part of the share its kind uses (the device part for
+ * MEP_DEV_PTR, the host part for MEP_DEV_MLX5) and copies what kernels
+ * need of it into the descriptor arrays. */
+static int import_shared(mep_devwin_t *w, int p) {
+  int ptr = w->kind[p] == MEP_DEV_PTR;
+  const mep__devpeer_t *dp = NULL;
+  int rc = mep__devshare_import(ptr ? w->share : w->hshare, p, &dp);
+  if (rc)
+    return mep__err_wrap(rc, "device window: rank %d's %s part", p,
+                         ptr ? "device" : "host");
+  if (ptr) w->peer[p] = mep__devpeer_ptr(dp);
   size_t at = (size_t)p * MEP_DEV_DESC_MAX;
   memcpy(w->pdesc + at, dp->route.desc, dp->route.desc_len);
   memcpy(w->rdesc + at, dp->region, dp->region_len);
   memcpy(w->ldesc + at, dp->local, dp->local_len);
+  return MEP_OK;
 }
 
 /* Step 3 after the host part's registration: the peers and the proxy. */
@@ -297,18 +308,9 @@ static int connect_peers(mep_devwin_t *w, const uint8_t *act) {
   for (int p = 0; p < w->size; p++) {
     if (p == w->rank || !act[p]) continue;
     int rc = MEP_OK;
-    const mep__devpeer_t *dp = NULL;
-    if (w->kind[p] == MEP_DEV_PTR) {
-      rc = mep__devshare_import(w->share, p, &dp);
-      if (rc)
-        return mep__err_wrap(rc, "device window: rank %d's device part", p);
-      w->peer[p] = mep__devpeer_ptr(dp);
-      keep_desc(w, p, dp);
-    } else if (w->kind[p] == MEP_DEV_MLX5) {
-      rc = mep__devshare_import(w->hshare, p, &dp);
-      if (rc)
-        return mep__err_wrap(rc, "device window: rank %d's host part", p);
-      keep_desc(w, p, dp);
+    if (w->kind[p] == MEP_DEV_PTR || w->kind[p] == MEP_DEV_MLX5) {
+      rc = import_shared(w, p);
+      if (rc) return rc;
     } else {
       /* imported now, so the proxy's first put does not wait on the store */
       mep__remote_t *rem;
@@ -433,14 +435,10 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
   int rc = create(w, act);
   free(act);
   if (rc) return mep__err_wrap(rc, "mep_devwin_create");
-  int nk[MEP_DEV_PROXY + 1] = {0};
-  for (int p = 0; p < w->size; p++)
-    if (p != w->rank && w->kind[p] >= 0 && w->kind[p] <= MEP_DEV_PROXY)
-      nk[w->kind[p]]++;
   mep__info("device window of %zu bytes on GPU %d: peers mapped %d, posted "
             "by kernels (mlx5) %d, through the proxy %d%s", bytes, w->device,
-            nk[MEP_DEV_PTR], nk[MEP_DEV_MLX5], nk[MEP_DEV_PROXY],
-            w->host_base ? "; with a host part" : "");
+            w->nkind[MEP_DEV_PTR], w->nkind[MEP_DEV_MLX5],
+            w->nkind[MEP_DEV_PROXY], w->host_base ? "; with a host part" : "");
   *out = w;
   return MEP_OK;
 }
@@ -449,9 +447,7 @@ int mep_devwin_create(mep_comm_t *comm, size_t bytes, mep_devwin_t **out) {
  * peers. A peer whose queue pair failed is left to the receivers'
  * deadlines, as the proxy's dropped commands are. */
 static int quiet_nic(mep_devwin_t *w, const char *fn) {
-  int any = 0;
-  for (int p = 0; p < w->size; p++) any |= w->kind[p] == MEP_DEV_MLX5;
-  if (!any || !w->ddesc) return MEP_OK;
+  if (!w->nkind[MEP_DEV_MLX5] || !w->ddesc) return MEP_OK;
   int ce = 0;
   int q = mep__devwin_quiet(w->ddesc, (uint64_t)w->comm->timeout_ms * 1000000u,
                             &ce);
