@@ -4,8 +4,9 @@
 # build tree's layout (the binaries find libmep through $ORIGIN), so that
 # a device call carries it (run's carry: an ignored folder, 64 MiB in all
 # with .carry) and needs no build there, which costs about 4 of the 10
-# minutes a call may take. Binaries: libmep, libmep-ep, the tcp, nvlink
-# and ibgda plugins, devwin_test, ep_cuda_test, ep_bench, mep-plugin-check.
+# minutes a call may take. Binaries: libmep, libmep-ep, the plugins, the
+# C tests of tests/gpu/run.sh's --tests and --ep phases, mep-plugin-check;
+# and the Python package without its extensions.
 # The device has CUDA 13 and sm_90 GPUs: build with the same toolkit.
 # Usage: scripts/dev/gpubin.sh BUILD_DIR OUT_DIR
 set -euo pipefail
@@ -19,7 +20,9 @@ for f in core/libmep.so.0.1.0 frontends/ep/libmep-ep.so.0.1.0 \
   plugins/tcp/libmep-transport-tcp.so plugins/nvlink/libmep-transport-nvlink.so \
   plugins/ibgda/libmep-transport-ibgda.so tests/gpu/devwin/devwin_test \
   tests/gpu/ep/ep_cuda_test tests/gpu/ep/ep_bench \
-  tools/plugin-check/mep-plugin-check; do
+  tools/plugin-check/mep-plugin-check plugins/nvlink/libmep-transport-peermap.so \
+  tests/gpu/cuda_coll tests/gpu/devcoll_test tests/gpu/nvlink_pair \
+  tests/gpu/ibgda_model_gpu; do
   [ -f "$src/$f" ] || { echo "skip $f: not built in $src"; continue; }
   mkdir -p "$out/$(dirname "$f")"
   cp "$src/$f" "$out/$f"
@@ -28,4 +31,13 @@ done
 [ -f "$out/core/libmep.so.0.1.0" ] && ln -s libmep.so.0.1.0 "$out/core/libmep.so.0"
 [ -f "$out/frontends/ep/libmep-ep.so.0.1.0" ] &&
   ln -s libmep-ep.so.0.1.0 "$out/frontends/ep/libmep-ep.so.0"
+# the Python package without its extensions (built against this machine's
+# torch): mep.ep then goes through ctypes (MEP_EP_OPS=0, MEP_EP_LIBRARY)
+py=frontends/c10d/python/mep
+if [ -d "$src/$py" ]; then
+  (cd "$src" && find "$py" -name '*.py') | while read -r f; do
+    mkdir -p "$out/$(dirname "$f")"
+    cp "$src/$f" "$out/$f"
+  done
+fi
 echo "$n files in $out ($(du -sh "$out" | cut -f1))"

@@ -14,6 +14,10 @@
 # test and "N passed, N failed" at the end; exits 1 on any failure.
 # SKIP="name ..." leaves tests out, ONLY="name ..." runs those alone (of
 # the phases asked for); BENCH_ARGS go to scripts/bench-cuda.py.
+# MEP_GPU_PREBUILT=DIR runs binaries built elsewhere (scripts/dev/gpubin.sh)
+# instead of building here: no build, a test whose binary DIR lacks is
+# skipped, and mep.ep goes through ctypes (its torch extension is not
+# carried).
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
@@ -45,14 +49,20 @@ if ! pkg-config --exists libibverbs 2>/dev/null && [ -d "$rdma" ]; then
   export LD_LIBRARY_PATH=$rdma/usr/lib/$ma${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 b=build-gpu
-if [ ! -f "$b/build.ninja" ]; then
-  meson setup "$b" -Dcuda=enabled -Dc10d=enabled -Dbuildtype=debugoptimized \
-    >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; echo "0 passed, 1 failed"; exit 1; }
-fi
-if ! ninja -C "$b" >"$out/build.log" 2>&1; then
-  grep -E "error|FAILED" "$out/build.log" | head -30
-  echo "0 passed, 1 failed"
-  exit 1
+if [ -n "${MEP_GPU_PREBUILT:-}" ]; then
+  b=${MEP_GPU_PREBUILT%/}
+  [ -f "$b/core/libmep.so.0" ] || { echo "run.sh: no libmep in $b" >&2; exit 2; }
+  export MEP_EP_OPS=0 MEP_EP_LIBRARY=$PWD/$b/frontends/ep/libmep-ep.so.0
+else
+  if [ ! -f "$b/build.ninja" ]; then
+    meson setup "$b" -Dcuda=enabled -Dc10d=enabled -Dbuildtype=debugoptimized \
+      >"$out/setup.log" 2>&1 || { tail -30 "$out/setup.log"; echo "0 passed, 1 failed"; exit 1; }
+  fi
+  if ! ninja -C "$b" >"$out/build.log" 2>&1; then
+    grep -E "error|FAILED" "$out/build.log" | head -30
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
 fi
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 echo "GPUs: $ngpu; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
@@ -68,6 +78,10 @@ t() { # name, timeout, command... ($SKIP: names not to run; $ONLY)
   if [ -n "${ONLY:-}" ]; then
     case " $ONLY " in *" $name "*) ;; *) return ;; esac
   fi
+  local a
+  for a in "$@"; do
+    case $a in "$b"/*) [ -e "$a" ] || { echo "skip $name: no $a"; return; } ;; esac
+  done
   local t0=$SECONDS
   timeout -k 5 "$to" "$@" >"$out/$name.log" 2>&1
   local rc=$?

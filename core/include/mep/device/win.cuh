@@ -29,6 +29,13 @@
  * Deadlines are %globaltimer nanoseconds (mep_dev_now_ns() + timeout);
  * the functions return 0, -1 when the ring (or send queue) stayed full
  * past it, or -2 when a MEP_DEV_MLX5 peer's queue pair failed.
+ *
+ * put, signal and quiet take a template flag, kMlx5 (default true). A
+ * kernel launched only for windows without a MEP_DEV_MLX5 peer (the host
+ * knows: mep_devwin_kind) passes false, and those branches are not
+ * compiled into it: inlined, they cost the EP kernels registers, spills
+ * and a microsecond a call over NVLink (ptxas -v, ep_bench on H100).
+ * With false, a MEP_DEV_MLX5 peer would be taken for a proxied one.
  */
 #ifndef MEP_DEVICE_WIN_CUH
 #define MEP_DEVICE_WIN_CUH
@@ -111,10 +118,11 @@ __device__ __forceinline__ int mep__dev_mlx5_signal(
  * be written again. Nothing to wait for with the other kinds (the proxy's
  * ring has its own counter, ring_done). 0, -1 (deadline) or -2 (a queue
  * pair failed: its requests will never complete, so waiting is over). */
+template <bool kMlx5 = true>
 __device__ __forceinline__ int mep_dev_quiet(const mep_dev_win_t *w,
                                              uint64_t deadline_ns) {
   int rc = 0;
-  for (int p = 0; p < w->size; p++) {
+  for (int p = 0; kMlx5 && p < w->size; p++) {
     if (w->kind[p] != MEP_DEV_MLX5) continue;
     mep_mlx5_qp_t q = mep_mlx5_qp_view(
         (const mep_dev_mlx5_peer_t *)mep__dev_part(w->peer_desc, p));
@@ -181,13 +189,14 @@ __device__ __forceinline__ int mep__dev_enqueue(const mep_dev_win_t *w,
 /* One thread, after the bytes at mep_dev_dst() are written and fenced
  * (__threadfence_system by each writer): sends them. Nothing to do for a
  * mapped peer, whose memory already holds them. */
+template <bool kMlx5 = true>
 __device__ __forceinline__ int mep_dev_put(const mep_dev_win_t *w, int peer,
                                            uint64_t dst_off,
                                            uint64_t stage_off, uint64_t len,
                                            uint64_t deadline_ns) {
   int32_t k = w->kind[peer];
   if (k == MEP_DEV_PTR) return 0;
-  if (k == MEP_DEV_MLX5)
+  if (kMlx5 && k == MEP_DEV_MLX5)
     return mep__dev_mlx5_put(w, peer, dst_off, stage_off, len, deadline_ns);
   return mep__dev_enqueue(w, MEP_DEV_CMD_PUT, peer, stage_off, dst_off, len,
                           deadline_ns);
@@ -199,6 +208,7 @@ __device__ __forceinline__ int mep_dev_put(const mep_dev_win_t *w, int peer,
  * barrier or atomic this thread observed after a fence of its own), so
  * that the threads of a block signal many peers at once instead of
  * fencing one after another. */
+template <bool kMlx5 = true>
 __device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
                                                      int peer, uint64_t off,
                                                      uint64_t value,
@@ -209,7 +219,7 @@ __device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
                  :: "l"(w->peer[peer] + off), "l"(value) : "memory");
     return 0;
   }
-  if (k == MEP_DEV_MLX5)
+  if (kMlx5 && k == MEP_DEV_MLX5)
     return mep__dev_mlx5_signal(w, peer, off, value, deadline_ns);
   return mep__dev_enqueue(w, MEP_DEV_CMD_SIGNAL, peer, 0, off, value,
                           deadline_ns);
@@ -219,12 +229,13 @@ __device__ __forceinline__ int mep_dev_signal_fenced(const mep_dev_win_t *w,
  * peer's window, after every earlier put to that peer this rank issued
  * (and, for a mapped peer, every write the calling thread has seen): a
  * system-scope fence, then the store or the proxy command. */
+template <bool kMlx5 = true>
 __device__ __forceinline__ int mep_dev_signal(const mep_dev_win_t *w,
                                               int peer, uint64_t off,
                                               uint64_t value,
                                               uint64_t deadline_ns) {
   __threadfence_system();
-  return mep_dev_signal_fenced(w, peer, off, value, deadline_ns);
+  return mep_dev_signal_fenced<kMlx5>(w, peer, off, value, deadline_ns);
 }
 
 #endif /* MEP_DEVICE_WIN_CUH */

@@ -47,7 +47,7 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
   const mep_dev_win_t *w = c.win;
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x)
     if (r != c.rank && w->kind[r] == MEP_DEV_PTR && ep_active(c.active, r))
-      (void)mep_dev_signal(w, r, mep__ep_comb_done(L, c.rank),
+      (void)mep_dev_signal<false>(w, r, mep__ep_comb_done(L, c.rank),
                            mep__ep_word(seq, 1), deadline);
   if (!k.pull) return;
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
@@ -62,6 +62,7 @@ __device__ void comb_done_reading(const mep__ep_kcomb_t &k, uint64_t seq,
 
 /* recv_threads is at most 512 (ep_cuda.c): registers for the batch.
  * Named as the send's kernel (ep_dev.cuh: kernel names). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(512) combine(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CR);
@@ -138,6 +139,7 @@ __global__ void __launch_bounds__(512) combine(mep__ep_kcomb_t k) {
 
 extern "C" int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k,
                                            void *stream) {
-  return ep_launch(mep::ep::combine, dim3((unsigned)k->recv_blocks),
+  return ep_launch(EP_KERNEL(mep::ep::combine, k->c.has_mlx5),
+                   dim3((unsigned)k->recv_blocks),
                    k->recv_threads, 0, k->c.early_recv, stream, *k);
 }

@@ -29,6 +29,7 @@ namespace {
 
 /* send_threads is MEP__EP_WARP_THREADS (ep_cuda.c). Named as the
  * receive's kernel (ep_dev.cuh: kernel names). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     combine(mep__ep_kcomb_t k) {
   ep_early_start();
@@ -44,7 +45,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
 
   ep_trace(c, MEP__EP_CS, MEP__EP_T_START);
   if (threadIdx.x == 0) {
-    ep_stage_gate(c, 1, deadline);
+    ep_stage_gate<kMlx5>(c, 1, deadline);
     s_on = ep_live(c, s);
   }
   __syncthreads();
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
       __threadfence_system();
       __syncwarp();
       if (lane == 0)
-        (void)mep_dev_put(w, s, off, stage, 16 * (uint64_t)cnv, deadline);
+        (void)mep_dev_put<kMlx5>(w, s, off, stage, 16 * (uint64_t)cnv, deadline);
     }
   }
 
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
     if (atomicAdd(k.pair_done + pair, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.pair_done + pair) = 0;
       if (on)
-        (void)mep_dev_signal(
+        (void)mep_dev_signal<kMlx5>(
             w, s, mep__ep_comb_flag(L, half, e),
             mep__ep_word(seq, pull ? MEP_EP_COMB_PULL : MEP_EP_COMB_PUSHED),
             deadline);
@@ -123,9 +124,10 @@ extern "C" int mep__ep_launch_combine_send(const mep__ep_kcomb_t *k,
                                            void *stream) {
   dim3 grid((unsigned)(k->c.lay.local * k->c.lay.ranks),
             (unsigned)k->send_split);
-  return ep_launch(mep::ep::combine, grid, k->send_threads, 0, 0, stream, *k);
+  return ep_launch(EP_KERNEL(mep::ep::combine, k->c.has_mlx5), grid,
+                   k->send_threads, 0, 0, stream, *k);
 }
 
-extern "C" int mep__ep_combine_send_per_sm(int threads) {
-  return ep_blocks_per_sm(mep::ep::combine, threads);
+extern "C" int mep__ep_combine_send_per_sm(int threads, int has_mlx5) {
+  return ep_blocks_per_sm(EP_KERNEL(mep::ep::combine, has_mlx5), threads);
 }

@@ -26,7 +26,7 @@
 struct mep__ep_cuda {
   mep_devwin_t *win;
   const mep_dev_win_t *dwin; /* device */
-  int has_proxy;
+  int has_proxy, has_mlx5;
   int sms;
   int early_recv;            /* receive kernels may start early (sm_90+) */
   int pull;                  /* zero-copy combines may pull (ep_cuda.h) */
@@ -118,6 +118,12 @@ static void free_all(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   free(cu);
 }
 
+int mep__ep_win_has_mlx5(const mep_devwin_t *win, int size) {
+  for (int p = 0; p < size; p++)
+    if (mep_devwin_kind(win, p) == MEP_DEV_MLX5) return 1;
+  return 0;
+}
+
 int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   struct mep__ep_cuda *cu = calloc(1, sizeof *cu);
   if (!cu)
@@ -138,8 +144,6 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   if (cu->sms < 1) cu->sms = 1;
   cu->early_recv = major >= 9 && !mep__ep_env_off("MEP_EP_EARLY_RECV");
   cu->pull = !mep__ep_env_off("MEP_EP_COMBINE_PULL");
-  cu->cs_resident =
-      cu->sms * mep__ep_combine_send_per_sm(EP_WARP_KERNEL_THREADS);
   cu->dr_resident =
       cu->sms * mep__ep_dispatch_recv_per_sm(EP_WARP_KERNEL_THREADS);
   int rc = mep_devwin_create(b->comm, (size_t)b->lay.total, &cu->win);
@@ -151,12 +155,14 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   }
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  cu->has_mlx5 = mep__ep_win_has_mlx5(cu->win, b->size);
+  cu->cs_resident = cu->sms * mep__ep_combine_send_per_sm(
+                                  EP_WARP_KERNEL_THREADS, cu->has_mlx5);
   /* Kernels that post a NIC's requests (MEP_DEV_MLX5) store WQEs and ring
    * doorbells over PCIe while a receive kernel launched early polls the
    * host part over PCIe too: over the model of the NIC that made a
    * combine 30 times slower (docs/ibgda.md). No early receive then. */
-  for (int p = 0; p < b->size && cu->early_recv; p++)
-    if (mep_devwin_kind(cu->win, p) == MEP_DEV_MLX5) cu->early_recv = 0;
+  if (cu->has_mlx5) cu->early_recv = 0;
   /* Reduce mode (ep_cuda.h) needs every pair of ranks mapped, which the
    * window says alike on every rank. MEP_EP_COMBINE_REDUCE: 0 never, 1
    * always, unset by the rule in mep__ep_cuda_combine. */
@@ -234,6 +240,7 @@ static void fill_common(mep_ep_buffer_t *b, const mep__ep_call_t *c,
   k->lay = b->lay;
   k->rank = b->rank;
   k->has_proxy = b->cuda->has_proxy;
+  k->has_mlx5 = b->cuda->has_mlx5;
   k->st = b->cuda->st;
   k->active = c->active;
   /* 2^62 ns is beyond any deadline that matters, and cannot overflow */

@@ -47,6 +47,8 @@ typedef struct mep__ep_kcommon {
   mep__ep_layout_t lay;
   int rank;
   int has_proxy;             /* the window has a host part and a ring */
+  int has_mlx5;              /* some peer is MEP_DEV_MLX5: the kernels
+                              * instantiated with win.cuh's MLX5 branches */
   mep__ep_dstate_t *st;      /* device */
   int32_t *active;           /* device [ranks], the call's */
   uint64_t timeout_ns;
@@ -159,9 +161,12 @@ int mep__ep_launch_combine_recv(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k, void *stream);
 int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k, void *stream);
 /* Blocks of the combine / dispatch kernel (push mode's) one SM holds at
- * once with `threads` threads each (0: unknown). */
-int mep__ep_combine_send_per_sm(int threads);
+ * once with `threads` threads each (0: unknown); the combine's as
+ * instantiated for has_mlx5. */
+int mep__ep_combine_send_per_sm(int threads, int has_mlx5);
 int mep__ep_dispatch_recv_per_sm(int threads);
+/* Whether some peer of win is reached through MEP_DEV_MLX5. */
+int mep__ep_win_has_mlx5(const mep_devwin_t *win, int size);
 
 #ifdef __cplusplus
 }

@@ -200,6 +200,7 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
  * posted to MEP_DEV_MLX5 peers. Gives up at the deadline (the proxy or a
  * queue pair is stuck on a failed peer: receivers' timeouts handle
  * that). */
+template <bool kMlx5>
 __device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
                                               int kind, uint64_t deadline) {
   const mep_dev_win_t *w = c.win;
@@ -208,7 +209,7 @@ __device__ __forceinline__ void ep_stage_gate(const mep__ep_kcommon_t &c,
       *(volatile unsigned long long *)&c.st->mark[kind];
   while (*w->ring_done < mark && mep_dev_now_ns() <= deadline)
     __nanosleep(128);
-  (void)mep_dev_quiet(w, deadline);
+  (void)mep_dev_quiet<kMlx5>(w, deadline);
 }
 
 /* Thread 0 of a block stamps `field` of its block for kind (a diagnosis
@@ -278,13 +279,22 @@ __device__ __forceinline__ void ep_after_send(void) {
 
 /* Kernel names. Each operation's send and receive are two kernels, each
  * compiled with its own launch bounds and registers, in two files, and
- * both are called mep::ep::(anonymous namespace)::dispatch (or
- * ::combine), which is the name a profiler shows: one name per operation,
+ * both are called mep::ep::(anonymous namespace)::dispatch<F> (or
+ * ::combine<F>, F the same flag: EP_KERNEL), which is the name a profiler
+ * shows: one name per operation,
  * holding "::dispatch" or "::combine", as DeepEP's kernels do. Its tools
  * (and users' scripts) look kernels up by those words, expect one name
  * per operation, and split a call's launches into send and receive by
  * count, as DeepEP's kernel is launched once per phase with hooks (without
  * hooks DeepEP launches it once, mep still twice: docs/ep.md). */
+
+/* The instantiation of a kernel template for the window's kinds: with
+ * the MLX5 branches of win.cuh when some peer is MEP_DEV_MLX5 (has_mlx5),
+ * without them otherwise (each kernel that puts or signals passes kMlx5
+ * to win.cuh). The low-latency receive kernels take the flag too, unused,
+ * so that a send and its receive keep one name (kernel names, above);
+ * reduce mode, whose peers are all mapped, launches <false>. */
+#define EP_KERNEL(kernel, mlx5) ((mlx5) ? kernel<true> : kernel<false>)
 
 /* Queues `kernel` (`smem` bytes of dynamic shared memory), as a
  * programmatic dependent of the kernel before it when `early` (a receive

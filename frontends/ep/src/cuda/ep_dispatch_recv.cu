@@ -124,6 +124,7 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
  * at once: a block that waits for the counts holds its SM, and blocks of
  * a second wave would start only after the first ones' copies. Named as
  * the send's kernel (ep_dev.cuh: kernel names). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     dispatch(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
@@ -195,10 +196,10 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
 extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
                                             void *stream) {
   dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
-  return ep_launch(mep::ep::dispatch, grid, k->recv_threads, 0,
+  return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5), grid, k->recv_threads, 0,
                    k->c.early_recv, stream, *k);
 }
 
 extern "C" int mep__ep_dispatch_recv_per_sm(int threads) {
-  return ep_blocks_per_sm(mep::ep::dispatch, threads);
+  return ep_blocks_per_sm(mep::ep::dispatch<false>, threads);
 }

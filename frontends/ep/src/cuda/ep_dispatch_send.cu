@@ -108,6 +108,7 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
 }
 
 /* Named as the receive's kernel (ep_dev.cuh: kernel names). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
@@ -139,7 +140,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   for (int r = tid; r < L->ranks; r += blockDim.x)
     s_live[r] = ep_live(c, r) &&
                 (w->kind[r] != MEP_DEV_PTR || w->peer[r] != nullptr);
-  if (tid == 0) ep_stage_gate(c, 0, deadline);
+  if (tid == 0) ep_stage_gate<kMlx5>(c, 0, deadline);
   __syncthreads();
 
   __shared__ uint8_t *s_ptr[MEP_EP_STAGE_TOPK];
@@ -200,11 +201,11 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
     __syncthreads();
     if ((int)threadIdx.x < topk && s_dst[threadIdx.x] >= 0) {
       int j = threadIdx.x, dst = s_dst[j];
-      (void)mep_dev_put(w, dst,
+      (void)mep_dev_put<kMlx5>(w, dst,
                         mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
                         mep__ep_index_stage(L, t, j), 4, deadline);
       if (s_ptr[j])
-        (void)mep_dev_put(w, dst, mep__ep_disp_token(L, half, c.rank, t),
+        (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_token(L, half, c.rank, t),
                           mep__ep_disp_stage(L, t, j), len, deadline);
     }
     __syncthreads(); /* s_ptr and s_dst are rewritten for the next token */
@@ -221,9 +222,9 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
     if (!s_live[dst]) continue;
     int n = __ldcg(cnt + e);
     if (n > T) n = T;
-    (void)mep_dev_signal_fenced(w, dst,
-                                mep__ep_disp_count(L, half, e % nl, c.rank),
-                                mep__ep_word(seq, (uint32_t)n), deadline);
+    (void)mep_dev_signal_fenced<kMlx5>(
+        w, dst, mep__ep_disp_count(L, half, e % nl, c.rank),
+        mep__ep_word(seq, (uint32_t)n), deadline);
   }
   ep_finish(c, MEP__EP_DS, 0, seq);
 }
@@ -233,6 +234,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
 
 extern "C" int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k,
                                             void *stream) {
-  return ep_launch(mep::ep::dispatch, dim3((unsigned)k->send_blocks), k->send_threads,
+  return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5),
+                   dim3((unsigned)k->send_blocks), k->send_threads,
                    (size_t)k->c.lay.ranks, 0, stream, *k);
 }

@@ -44,6 +44,7 @@ __device__ __forceinline__ int dest(int me, int d, int R) {
   return (me + 1 + d) % R;
 }
 
+template <bool kMlx5>
 __global__ void __launch_bounds__(EPN_CSEND_THREADS)
     combine(mep__epn_k_t k) {
   extern __shared__ int off[]; /* [phase][d]: its rows of d' < d */
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
   const uint64_t to = k.crecv + ((uint64_t)half * R + me) * P;
   /* this rank's phase words in a destination's window */
   const uint64_t words = epn_slot(k, half, me) + k.cprog;
-  epn_stage_gate(k, 1, deadline);
+  epn_stage_gate<kMlx5>(k, 1, deadline);
   for (int d = tid; d < D; d += T) {
     const int c = epn_count(k.rpm, R, dest(me, d, R), me);
     for (int g = 0; g < G; g++)
@@ -96,14 +97,14 @@ __global__ void __launch_bounds__(EPN_CSEND_THREADS)
     if (ep_last_block(&k.st->cphase[g], gridDim.x)) /* resets it */
       for (int s = tid; s < R; s += T)
         if (s != me && ep_active(k.active, s) && w->kind[s] == MEP_DEV_PTR)
-          (void)mep_dev_signal(w, s, words + 8 * (uint64_t)g,
-                               (seq << 32) | 1u, deadline);
+          (void)mep_dev_signal<false>(w, s, words + 8 * (uint64_t)g,
+                                      (seq << 32) | 1u, deadline);
   }
   __threadfence_system();
   if (!ep_last_block(&k.st->d.done[MEP__EP_CS], gridDim.x)) return;
   for (int s = tid; s < R; s += T) {
     if (!ep_active(k.active, s)) continue;
-    epn_deliver(k, s, to,
+    epn_deliver<kMlx5>(k, s, to,
                 k.cstage + (uint64_t)epn_before(k.rpm, R, s, me) * cmsg,
                 s == me ? 0 : (uint64_t)epn_count(k.rpm, R, s, me), cmsg,
                 k.csig + ((uint64_t)half * R + me) * 8, seq, deadline);
@@ -190,13 +191,14 @@ __device__ __forceinline__ void sum_token(const mep__epn_k_t &k, int t,
  * final signal and the agreement round (epn_agree); if it dropped a
  * source some token may have summed (lost during the call), every token
  * again over the ranks kept; the call's end. */
+template <bool kMlx5>
 __device__ __noinline__ void combine_settle(const mep__epn_k_t &k,
                                             uint64_t seq, int half,
                                             uint64_t deadline) {
   __shared__ unsigned int dropped[MEP__EPN_MAX_RANKS / 32];
   extern __shared__ const uint8_t *rows[];
   const int R = k.R, T = blockDim.x, tid = threadIdx.x;
-  epn_agree_dropped(k, MEP__EPN_AGREE_COMBINE, k.csig, k.st->clost, dropped,
+  epn_agree_dropped<kMlx5>(k, MEP__EPN_AGREE_COMBINE, k.csig, k.st->clost, dropped,
                     seq, half, deadline);
   int again = 0; /* the same in every thread */
   for (int i = 0; i < (R + 31) / 32; i++) again |= dropped[i] != 0;
@@ -212,6 +214,7 @@ __device__ __noinline__ void combine_settle(const mep__epn_k_t &k,
 
 /* A block per token, tokens in order, each as soon as its rows are in.
  * Launched while the send runs; its last block settles the call. */
+template <bool kMlx5>
 __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
     combine_recv(mep__epn_k_t k) {
   extern __shared__ const uint8_t *rows[];
@@ -227,7 +230,7 @@ __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
     __syncthreads();
   }
   if (ep_last_block(&k.st->d.done[MEP__EP_CR], gridDim.x))
-    combine_settle(k, seq, half, deadline);
+    combine_settle<kMlx5>(k, seq, half, deadline);
   ep_after_send(); /* the stream sees the send end before this kernel */
 }
 
@@ -236,7 +239,8 @@ __global__ void __launch_bounds__(EPN_CRECV_THREADS_MAX)
 }  // namespace mep
 
 extern "C" int mep__epn_launch_combine(const mep__epn_k_t *k, void *stream) {
-  int rc = ep_launch(mep::ep::combine, dim3((unsigned)k->send_blocks),
+  int rc = ep_launch(EP_KERNEL(mep::ep::combine, k->has_mlx5),
+                     dim3((unsigned)k->send_blocks),
                      EPN_CSEND_THREADS,
                      (size_t)MEP__EPN_CPHASES * k->R * sizeof(int), 0, stream,
                      *k);
@@ -245,16 +249,16 @@ extern "C" int mep__epn_launch_combine(const mep__epn_k_t *k, void *stream) {
    * start only as the first ones end, after the send), so as many as fit
    * on the SMs given; blocks per SM by threads (a warp's multiple up to
    * the bound), looked up once per size */
-  static std::atomic<int> per_sm[EPN_CRECV_THREADS_MAX / 32 + 1];
-  const int tw = k->recv_threads / 32;
-  int n = per_sm[tw].load(std::memory_order_relaxed);
+  static std::atomic<int> per_sm[2][EPN_CRECV_THREADS_MAX / 32 + 1];
+  auto recv = EP_KERNEL(mep::ep::combine_recv, k->has_mlx5);
+  std::atomic<int> &cached = per_sm[k->has_mlx5 != 0][k->recv_threads / 32];
+  int n = cached.load(std::memory_order_relaxed);
   if (!n) {
-    n = ep_blocks_per_sm(mep::ep::combine_recv, k->recv_threads);
-    per_sm[tw].store(n = n > 0 ? n : 1, std::memory_order_relaxed);
+    n = ep_blocks_per_sm(recv, k->recv_threads);
+    cached.store(n = n > 0 ? n : 1, std::memory_order_relaxed);
   }
   long long grid = (long long)k->recv_blocks * n;
   if (grid > k->num_tokens) grid = k->num_tokens;
-  return ep_launch(mep::ep::combine_recv,
-                   dim3(grid > 0 ? (unsigned)grid : 1u), k->recv_threads,
+  return ep_launch(recv, dim3(grid > 0 ? (unsigned)grid : 1u), k->recv_threads,
                    (size_t)k->R * sizeof(void *), 1, stream, *k);
 }

@@ -20,7 +20,7 @@
 struct mep__epn_cuda {
   mep_devwin_t *win;
   const mep_dev_win_t *dwin; /* device */
-  int has_proxy, sms;
+  int has_proxy, has_mlx5, sms;
   int wide_recv;             /* the dispatch receive spreads over every SM
                               * (MEP_EP_NORMAL_WIDE_RECV=0: no) */
   void *mem;                 /* one allocation for the three below */
@@ -89,6 +89,7 @@ int mep__epn_cuda_create(mep_ep_normal_t *b) {
                          (unsigned long long)b->lay.total, b->rank);
   cu->dwin = mep_devwin_device(cu->win);
   cu->has_proxy = mep_devwin_host_base(cu->win) != NULL;
+  cu->has_mlx5 = mep__ep_win_has_mlx5(cu->win, b->size);
   /* the memset ran on the legacy stream, which the caller's non-blocking
    * streams do not wait for */
   if ((e = cudaDeviceSynchronize()) != cudaSuccess)
@@ -147,6 +148,7 @@ static void fill_common(mep_ep_normal_t *b, int32_t *active,
   k->rank = b->rank;
   k->R = b->size;
   k->has_proxy = cu->has_proxy;
+  k->has_mlx5 = cu->has_mlx5;
   k->active = active;
   /* 2^62 ns is beyond any deadline that matters, and cannot overflow */
   k->timeout_ns = timeout_us >= ((int64_t)1 << 62) / 1000

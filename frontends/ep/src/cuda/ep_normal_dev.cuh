@@ -83,27 +83,29 @@ __device__ __forceinline__ uint64_t epn_seq(const mep__epn_k_t &k, int kind) {
 /* Thread 0, before a send rewrites the stages of the host part: the proxy
  * has carried out every command of the previous send of its kind, and the
  * NIC has read what was posted to MEP_DEV_MLX5 peers. */
+template <bool kMlx5>
 __device__ __forceinline__ void epn_stage_gate(const mep__epn_k_t &k,
                                                int mark, uint64_t deadline) {
   const mep_dev_win_t *w = k.win;
   if (!k.has_proxy || !w->ring_len || threadIdx.x) return;
   unsigned long long m = *(volatile unsigned long long *)&k.st->d.mark[mark];
   while (*w->ring_done < m && mep_dev_now_ns() <= deadline) __nanosleep(128);
-  (void)mep_dev_quiet(w, deadline);
+  (void)mep_dev_quiet<kMlx5>(w, deadline);
 }
 
 /* One thread of a send's last block, for one active peer: puts the n
  * messages of msg bytes staged at `stage` (a proxy peer; nothing for a
  * mapped one, which has them) to the peer's area at `to`, then raises the
  * peer's word at sig: (seq << 32) | n. */
+template <bool kMlx5>
 __device__ __forceinline__ void epn_deliver(const mep__epn_k_t &k, int peer,
                                             uint64_t to, uint64_t stage,
                                             uint64_t n, uint64_t msg,
                                             uint64_t sig, uint64_t seq,
                                             uint64_t deadline) {
   if (n && n * msg <= k.P)
-    (void)mep_dev_put(k.win, peer, to, stage, n * msg, deadline);
-  (void)mep_dev_signal(k.win, peer, sig, (seq << 32) | n, deadline);
+    (void)mep_dev_put<kMlx5>(k.win, peer, to, stage, n * msg, deadline);
+  (void)mep_dev_signal<kMlx5>(k.win, peer, sig, (seq << 32) | n, deadline);
 }
 
 /* The last block of a kernel, at its end: records the ring's tail for
@@ -126,6 +128,7 @@ __device__ __forceinline__ void epn_finish(const mep__epn_k_t &k, int kind,
  * With one failure per call, every survivor ends with the same ranks: a
  * view differs from the others only by the ranks its owner did not hear
  * from, and every survivor takes every survivor's view. */
+template <bool kMlx5>
 static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
                                               int which, uint64_t sig_off,
                                               uint64_t seq, int half,
@@ -151,7 +154,7 @@ static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
     if (!(view[r / 32] >> (r % 32) & 1)) continue;
     const uint64_t off = epn_slot(k, half, me);
     for (int i = 0; i < W; i++)
-      (void)mep_dev_signal(w, r, off + slot + 8 * (uint64_t)i,
+      (void)mep_dev_signal<kMlx5>(w, r, off + slot + 8 * (uint64_t)i,
                            (seq << 32) | view[i], again);
   }
   for (int r = tid; r < R; r += T) {
@@ -179,6 +182,7 @@ static __device__ __noinline__ void epn_agree(const mep__epn_k_t &k,
  * may have taken rows from that the round leaves out: active before it,
  * or lost during the call (the bits its waits set in lost[], cleared here
  * for the next call), and not active after it. */
+template <bool kMlx5>
 static __device__ __noinline__ void epn_agree_dropped(
     const mep__epn_k_t &k, int which, uint64_t sig_off, unsigned int *lost,
     unsigned int *dropped, uint64_t seq, int half, uint64_t deadline) {
@@ -187,7 +191,7 @@ static __device__ __noinline__ void epn_agree_dropped(
     dropped[i] = epn_active_word(k, i) | lost[i];
     lost[i] = 0;
   }
-  epn_agree(k, which, sig_off, seq, half, deadline);
+  epn_agree<kMlx5>(k, which, sig_off, seq, half, deadline);
   for (int i = tid; i < W; i += T) dropped[i] &= ~epn_active_word(k, i);
   __syncthreads();
 }

@@ -11,6 +11,8 @@
  * receive (launched early, on the SMs the send leaves) follows those words
  * row by row. A source reached through the proxy sends its area in one
  * put at the end, so for it the receive waits for the final signal. */
+#include <atomic>
+
 #include "ep_normal_dev.cuh"
 
 namespace mep {
@@ -70,7 +72,8 @@ __device__ __forceinline__ void write_msg(const mep__epn_k_t &k, int t,
 #define EPN_PUBLISH 2
 
 /* A rank this send's progress words go to: active and mapped (a proxy
- * peer gets its rows in one put at the end). */
+ * peer gets its rows in one put at the end), so they are signalled
+ * without win.cuh's MLX5 branches. */
 __device__ __forceinline__ bool epn_follows(const mep__epn_k_t &k, int r) {
   return ep_active(k.active, r) && k.win->kind[r] == MEP_DEV_PTR;
 }
@@ -78,6 +81,7 @@ __device__ __forceinline__ bool epn_follows(const mep__epn_k_t &k, int r) {
 /* Block b takes a contiguous range of tokens. Its place on rank r is what
  * sources before this rank send r, plus this rank's tokens for r before
  * it (counted by the block: earlier ranges, then a scan per chunk). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(EPN_SEND_THREADS)
     dispatch(mep__epn_k_t k) {
   extern __shared__ int sm[];
@@ -93,7 +97,7 @@ __global__ void __launch_bounds__(EPN_SEND_THREADS)
   const uint64_t to = k.drecv + ((uint64_t)half * R + me) * P;
   /* this rank's progress words in a destination's window */
   const uint64_t prog = epn_slot(k, half, me) + k.prog;
-  epn_stage_gate(k, 0, deadline);
+  epn_stage_gate<kMlx5>(k, 0, deadline);
   const int N = k.num_tokens, per = (N + gridDim.x - 1) / gridDim.x;
   const int t0 = min(N, (int)blockIdx.x * per), t1 = min(N, t0 + per);
   for (int r = tid; r < R; r += T) {
@@ -111,9 +115,9 @@ __global__ void __launch_bounds__(EPN_SEND_THREADS)
   for (int r = tid; r < R; r += T) {
     if (!epn_follows(k, r)) continue;
     if (blockIdx.x == 0)
-      (void)mep_dev_signal_fenced(w, r, prog, (seq << 32) | gridDim.x,
-                                  deadline);
-    (void)mep_dev_signal_fenced(
+      (void)mep_dev_signal_fenced<false>(w, r, prog,
+                                         (seq << 32) | gridDim.x, deadline);
+    (void)mep_dev_signal_fenced<false>(
         w, r, prog + 8 + 16 * (uint64_t)blockIdx.x,
         (seq << 32) | (uint32_t)(base[r] - epn_before(k.rpm, R, me, r)),
         deadline);
@@ -164,15 +168,16 @@ __global__ void __launch_bounds__(EPN_SEND_THREADS)
       __syncthreads();
       for (int r = tid; r < R; r += T)
         if (epn_follows(k, r))
-          (void)mep_dev_signal(w, r, prog + 16 + 16 * (uint64_t)blockIdx.x,
-                               (seq << 32) | (uint32_t)done[r], deadline);
+          (void)mep_dev_signal<false>(
+              w, r, prog + 16 + 16 * (uint64_t)blockIdx.x,
+              (seq << 32) | (uint32_t)done[r], deadline);
     }
   }
   __threadfence_system();
   if (!ep_last_block(&k.st->d.done[MEP__EP_DS], gridDim.x)) return;
   for (int r = tid; r < R; r += T) {
     if (!ep_active(k.active, r)) continue;
-    epn_deliver(k, r, to, k.dstage + (uint64_t)r * P,
+    epn_deliver<kMlx5>(k, r, to, k.dstage + (uint64_t)r * P,
                 (uint64_t)epn_count(k.rpm, R, me, r), dmsg,
                 k.dsig + ((uint64_t)half * R + me) * 8, seq, deadline);
   }
@@ -263,6 +268,7 @@ __device__ __forceinline__ void zero_row(const mep__epn_k_t &k, int j,
  * non-cached call, where each source's channels start (DeepEP's
  * recv_channel_prefix_matrix: the first row of the source whose token is
  * in the channel's range); the call's end. */
+template <bool kMlx5>
 __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
                                              uint64_t seq, int half,
                                              uint64_t deadline) {
@@ -271,7 +277,7 @@ __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
   const int lane = tid & 31, nw = T >> 5;
   const mep_dev_win_t *w = k.win;
   const uint64_t P = k.P, dmsg = k.dmsg;
-  epn_agree_dropped(k, MEP__EPN_AGREE_DISPATCH, k.dsig, k.st->lost, dropped,
+  epn_agree_dropped<kMlx5>(k, MEP__EPN_AGREE_DISPATCH, k.dsig, k.st->lost, dropped,
                     seq, half, deadline);
   for (int s = 0; s < R; s++) {
     if (!(dropped[s / 32] >> (s % 32) & 1)) continue;
@@ -305,6 +311,7 @@ __device__ __noinline__ void dispatch_settle(const mep__epn_k_t &k,
 /* A warp per received row, rows in source order, each as soon as its
  * source has stored it. Launched while the send runs; its last block
  * settles the call. */
+template <bool kMlx5>
 __global__ void __launch_bounds__(EPN_RECV_THREADS)
     dispatch_recv(mep__epn_k_t k) {
   const int R = k.R, me = k.rank, T = blockDim.x, tid = threadIdx.x;
@@ -366,7 +373,7 @@ __global__ void __launch_bounds__(EPN_RECV_THREADS)
     }
   }
   if (ep_last_block(&k.st->d.done[MEP__EP_DR], gridDim.x))
-    dispatch_settle(k, seq, half, deadline);
+    dispatch_settle<kMlx5>(k, seq, half, deadline);
   ep_after_send(); /* the stream sees the send end before this kernel */
 }
 
@@ -376,18 +383,22 @@ __global__ void __launch_bounds__(EPN_RECV_THREADS)
 
 extern "C" int mep__epn_launch_dispatch(const mep__epn_k_t *k, void *stream) {
   size_t smem = (2 * (size_t)k->R + 32) * sizeof(int);
-  int rc = ep_launch(mep::ep::dispatch, dim3((unsigned)k->send_blocks),
-                     EPN_SEND_THREADS, smem, 0, stream, *k);
+  int rc = ep_launch(EP_KERNEL(mep::ep::dispatch, k->has_mlx5),
+                     dim3((unsigned)k->send_blocks), EPN_SEND_THREADS, smem,
+                     0, stream, *k);
   if (rc) return rc;
-  static const int per_sm = [] { /* once per process, thread-safe */
-    int n = ep_blocks_per_sm(mep::ep::dispatch_recv, EPN_RECV_THREADS);
-    return n > 0 ? n : 1;
-  }();
+  auto recv = EP_KERNEL(mep::ep::dispatch_recv, k->has_mlx5);
+  static std::atomic<int> per_sm_of[2];
+  std::atomic<int> &cached = per_sm_of[k->has_mlx5 != 0];
+  int per_sm = cached.load(std::memory_order_relaxed);
+  if (!per_sm) {
+    per_sm = ep_blocks_per_sm(recv, EPN_RECV_THREADS);
+    cached.store(per_sm = per_sm > 0 ? per_sm : 1, std::memory_order_relaxed);
+  }
   long long rows = ((long long)k->recv_rows + EPN_RECV_THREADS / 32 - 1) /
                    (EPN_RECV_THREADS / 32);
   long long grid = (long long)k->recv_blocks * per_sm;
   if (grid > rows) grid = rows;
-  return ep_launch(mep::ep::dispatch_recv,
-                   dim3(grid > 0 ? (unsigned)grid : 1u), EPN_RECV_THREADS, 0,
+  return ep_launch(recv, dim3(grid > 0 ? (unsigned)grid : 1u), EPN_RECV_THREADS, 0,
                    1, stream, *k);
 }

@@ -80,6 +80,7 @@ typedef struct mep__epn_k {
   const mep_dev_win_t *win;  /* device */
   mep__epn_state_t *st;      /* device */
   int rank, R, has_proxy;
+  int has_mlx5;              /* as mep__ep_kcommon_t's */
   uint64_t timeout_ns;
   int32_t *active;           /* device [R], the call's */
   /* offsets of the window's areas; P bytes per (half, source) */

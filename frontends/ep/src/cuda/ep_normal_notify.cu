@@ -74,6 +74,7 @@ src_slot(const mep__epn_k_t &k, int half, int s) {
 
 /* The last block: sends this rank's slot to every active rank and
  * signals it, then waits and agrees. */
+template <bool kMlx5>
 __device__ void send_and_agree(const mep__epn_k_t &k, uint64_t seq,
                                int half, uint64_t deadline) {
   __shared__ int32_t status;
@@ -96,12 +97,12 @@ __device__ void send_and_agree(const mep__epn_k_t &k, uint64_t seq,
   __syncthreads();
   for (int d = tid; d < R; d += T) {
     if (!ep_active(k.active, d)) continue;
-    (void)mep_dev_put(w, d, mine, k.cnt_stage + (uint64_t)d * k.slot,
+    (void)mep_dev_put<kMlx5>(w, d, mine, k.cnt_stage + (uint64_t)d * k.slot,
                       (uint64_t)words * 4, deadline);
-    (void)mep_dev_signal(w, d, k.nsig + ((uint64_t)half * R + k.rank) * 8,
+    (void)mep_dev_signal<kMlx5>(w, d, k.nsig + ((uint64_t)half * R + k.rank) * 8,
                          (seq << 32) | 1, deadline);
   }
-  epn_agree(k, MEP__EPN_AGREE_NOTIFY, k.nsig, seq, half, deadline);
+  epn_agree<kMlx5>(k, MEP__EPN_AGREE_NOTIFY, k.nsig, seq, half, deadline);
 }
 
 /* The last block, after the agreement: the matrices and the sources'
@@ -165,6 +166,7 @@ __device__ void sum_slots(const mep__epn_k_t &k, uint64_t seq, int half) {
   *(volatile uint64_t *)&k.st->nseq = seq;
 }
 
+template <bool kMlx5>
 __global__ void __launch_bounds__(EPN_NOTIFY_THREADS)
     notify_dispatch(mep__epn_k_t k) {
   __shared__ int red[32];
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(EPN_NOTIFY_THREADS)
   if (!ep_last_block(&k.st->ndone, gridDim.x)) return;
   const uint64_t seq = *(const volatile uint64_t *)&k.st->nseq + 1;
   const int half = (int)(seq & 1);
-  send_and_agree(k, seq, half, mep_dev_now_ns() + k.timeout_ns);
+  send_and_agree<kMlx5>(k, seq, half, mep_dev_now_ns() + k.timeout_ns);
   sum_slots(k, seq, half);
 }
 
@@ -181,6 +183,7 @@ __global__ void __launch_bounds__(EPN_NOTIFY_THREADS)
 }  // namespace mep
 
 extern "C" int mep__epn_launch_notify(const mep__epn_k_t *k, void *stream) {
-  return ep_launch(mep::ep::notify_dispatch, dim3((unsigned)k->R),
+  return ep_launch(EP_KERNEL(mep::ep::notify_dispatch, k->has_mlx5),
+                   dim3((unsigned)k->R),
                    EPN_NOTIFY_THREADS, 0, 0, stream, *k);
 }

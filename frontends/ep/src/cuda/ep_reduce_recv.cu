@@ -16,6 +16,7 @@ namespace {
 
 /* Named as the send's kernel, and as push mode's (ep_dev.cuh: kernel
  * names). */
+template <bool kMlx5>
 __global__ void __launch_bounds__(RED_RECV_THREADS)
     combine(mep__ep_kcomb_t k) {
   const mep__ep_kcommon_t &c = k.c;
@@ -101,6 +102,6 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
 
 extern "C" int mep__ep_launch_reduce_recv(const mep__ep_kcomb_t *k,
                                           void *stream) {
-  return ep_launch(mep::ep::combine, dim3((unsigned)k->recv_blocks),
+  return ep_launch(mep::ep::combine<false>, dim3((unsigned)k->recv_blocks),
                    RED_RECV_THREADS, 0, k->c.early_recv, stream, *k);
 }

@@ -11,6 +11,8 @@
  * buffers whose peers are all mapped (no proxy) when a token has more
  * than two experts per rank on average (top-k > 2 x ranks), or always
  * with MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice.
+ * Every peer is then MEP_DEV_PTR: the signals are compiled without the
+ * MLX5 branches (win.cuh: kMlx5).
  *
  * The send's first few blocks publish first: this rank's tokens' (expert,
  * weight) pairs go to every live rank, itself included (the expert's rank
@@ -142,6 +144,7 @@ __device__ __forceinline__ int64_t red_find_row(const mep__ep_kcomb_t &k,
 
 /* Named as the receive's kernel, and as push mode's (ep_dev.cuh: kernel
  * names); a buffer's calls use one mode. */
+template <bool kMlx5>
 __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   ep_early_start();
   const mep__ep_kcommon_t &c = k.c;
@@ -215,8 +218,9 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
       }
       __syncthreads();
       if (threadIdx.x == 0)
-        (void)mep_dev_signal(w, s, mep__ep_comb_tflag(L, half, c.rank, t),
-                             mep__ep_word(seq, 1), deadline);
+        (void)mep_dev_signal<false>(
+            w, s, mep__ep_comb_tflag(L, half, c.rank, t),
+            mep__ep_word(seq, 1), deadline);
     }
     __syncthreads(); /* s_row, s_any are rewritten for the next token */
   }
@@ -229,8 +233,9 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     if (atomicAdd(k.red_done + s, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.red_done + s) = 0;
       if (n >= 0 && ep_active(c.active, s))
-        (void)mep_dev_signal(w, s, mep__ep_comb_pflag(L, half, c.rank),
-                             mep__ep_word(seq, 1), deadline);
+        (void)mep_dev_signal<false>(w, s,
+                                    mep__ep_comb_pflag(L, half, c.rank),
+                                    mep__ep_word(seq, 1), deadline);
     }
   }
   if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
@@ -242,7 +247,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
 
 extern "C" int mep__ep_launch_reduce_send(const mep__ep_kcomb_t *k,
                                           void *stream) {
-  return ep_launch(mep::ep::combine,
+  return ep_launch(mep::ep::combine<false>,
                    dim3((unsigned)k->send_split, (unsigned)k->c.lay.ranks),
                    RED_THREADS, 0, 0, stream, *k);
 }
