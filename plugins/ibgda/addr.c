@@ -39,13 +39,14 @@ int mep__ibgda_addr_decode(const void *blob, size_t len, ibgda_addr_t *a,
   a->pidns = mep__rdma_get64(in + 24);
   a->pid = mep__rdma_get32(in + 32);
   a->keys = mep__rdma_get64(in + 40);
-  if (a->backend != IBGDA_BACKEND_MODEL)
+  if (a->backend != IBGDA_BACKEND_MODEL && a->backend != IBGDA_BACKEND_DEVICE)
     return mep__rdma_why(why, why_len, MEP_ERR_PROTOCOL,
                          "ibgda address names backend %u", a->backend);
   if (in[6] || in[7] || mep__rdma_get32(in + 36))
     return mep__rdma_why(why, why_len, MEP_ERR_PROTOCOL,
                          "ibgda address has nonzero padding");
-  if (a->pid == 0 || a->keys == 0)
+  /* the model's peers write into this process: it must be named */
+  if (a->backend == IBGDA_BACKEND_MODEL && (a->pid == 0 || a->keys == 0))
     return mep__rdma_why(why, why_len, MEP_ERR_PROTOCOL,
                          "ibgda address names pid %u, key table 0x%llx",
                          a->pid, (unsigned long long)a->keys);

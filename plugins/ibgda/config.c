@@ -8,16 +8,18 @@
 const mep_tp_cfg_key_t mep__ibgda_keys[MEP_IBGDA_NKEYS] = {
     {"backend", MEP_TP_CFG_CHOICE, 0, 0, "auto", "auto|device|model",
      "What serves the queue pairs. device: an mlx5 NIC (ConnectX) through "
-     "rdma-core; this version probes for one and reports the transport "
-     "unavailable with the reason (its DEVX queue set-up and doorbell "
-     "mapping are not built yet). model: the software model of the NIC "
-     "(a thread per rank that carries out the WQEs; peers on this host "
-     "only), for tests. auto: as device; the model is never chosen "
-     "silently."},
+     "rdma-core (libmlx5), unavailable with the reason where there is "
+     "none; built against mlx5dv.h, not run on a ConnectX by this project "
+     "(docs/ibgda.md). model: the software model of the NIC (a thread per "
+     "rank that carries out the WQEs; peers on this host only), for "
+     "tests. auto: as device; the model is never chosen silently."},
     {"device", MEP_TP_CFG_STRING, 0, 0, "", NULL,
      "mlx5 device to use (mlx5_0); empty: the first mlx5 device."},
     {"port", MEP_TP_CFG_INT, 0, 255, "0", NULL,
      "Port of the device; 0: its first active port."},
+    {"gid_index", MEP_TP_CFG_INT, -1, 1023, "-1", NULL,
+     "GID index of the port (RoCE); -1: the first RoCE v2 GID with an "
+     "IPv4 address, as the verbs plugin picks it."},
     {"send_queue", MEP_TP_CFG_INT, 64, 16384, "1024", NULL,
      "Send queue size per peer in 64-byte building blocks (a power of "
      "two); the completion queue has as many entries."},
@@ -55,9 +57,10 @@ int mep__ibgda_cfg_read(const mep_tp_env_t *env, ibgda_cfg_t *c) {
     return MEP_ERR_ABI;
   }
   memset(c, 0, sizeof *c);
-  int64_t backend, port, sq, inl, lo, hi;
+  int64_t backend, port, gid, sq, inl, lo, hi;
   int rc = env->cfg_int(env, "backend", &backend);
   if (!rc) rc = env->cfg_int(env, "port", &port);
+  if (!rc) rc = env->cfg_int(env, "gid_index", &gid);
   if (!rc) rc = env->cfg_int(env, "send_queue", &sq);
   if (!rc) rc = env->cfg_int(env, "max_inline", &inl);
   if (!rc) rc = env->cfg_range(env, "port_range", &lo, &hi);
@@ -74,6 +77,7 @@ int mep__ibgda_cfg_read(const mep_tp_env_t *env, ibgda_cfg_t *c) {
   /* the CHOICE index: auto, device, model */
   c->backend = (int)backend;
   c->port = (int)port;
+  c->gid_index = (int)gid;
   c->sq_bbs = (uint32_t)sq;
   c->max_inline = (int)inl;
   c->port_lo = (int)lo;

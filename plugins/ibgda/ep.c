@@ -1,7 +1,7 @@
-/* ep.c - connect() and close(): two queue pairs per peer on the model
- * (the host's and the kernels'), their numbers exchanged through the verbs
- * plugin's bootstrap (handshake.h), whose socket stays open as the
- * liveness channel. */
+/* ep.c - connect() and close(): two queue pairs per peer (the host's and
+ * the kernels'), on the model or the NIC, their numbers exchanged through
+ * the verbs plugin's bootstrap (handshake.h), whose socket stays open as
+ * the liveness channel. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -9,38 +9,80 @@
 
 #include "ibgda.h"
 
-/* Both sides' queue pairs are "at RTS" once the peer's number is known:
- * the model needs nothing more than the target (set before). */
+/* Once the peer's numbers are known: a NIC's queue pairs go to RTS; the
+ * model's need nothing more than the target (set before). */
 static int up_cb(void *arg, const mep__rdma_qpinfo_t *theirs) {
   ibgda_ep_t *ep = arg;
+  ibgda_ctx_t *ctx = ep->ctx;
   if (theirs->nqp != 2)
-    return IBGDA_ERR(ep->ctx, MEP_ERR_PROTOCOL, "ibgda: rank %d: rank %d "
+    return IBGDA_ERR(ctx, MEP_ERR_PROTOCOL, "ibgda: rank %d: rank %d "
                      "offers %u queue pairs (this version pairs 2: the "
-                     "host's and the kernels')", ep->ctx->rank, ep->rank,
+                     "host's and the kernels')", ctx->rank, ep->rank,
                      theirs->nqp);
   ep->peer_qpn = theirs->qpn[0];
   ep->peer_kqpn = theirs->qpn[1];
+  for (int i = 0; ctx->hw && i < 2; i++) {
+    int rc = mep__ibgda_hw_qp_up(ctx, ep->hw[i], ep->rank, theirs, i);
+    if (rc) return rc;
+  }
   return 0;
 }
 
 static void info(const ibgda_ep_t *ep, mep__rdma_qpinfo_t *q) {
+  const ibgda_ctx_t *ctx = ep->ctx;
   memset(q, 0, sizeof *q);
-  q->port = 1;
-  q->link_layer = 2; /* the model has no fabric; the fields are valid */
-  q->mtu = 5;
   q->nqp = 2;
   q->qpn[0] = ep->qp->qpn;
   q->qpn[1] = ep->kqp->qpn;
+  if (!ctx->hw) {
+    q->port = 1;
+    q->link_layer = 2; /* the model has no fabric; the fields are valid */
+    q->mtu = 5;
+    return;
+  }
+  const mep__rdma_dev_t *d = &ctx->dev;
+  memcpy(q->gid, d->gid, 16);
+  q->lid = d->lid;
+  q->port = d->port;
+  q->link_layer = d->link_layer;
+  q->mtu = d->mtu;
+  q->psn[0] = ep->hw[0]->psn;
+  q->psn[1] = ep->hw[1]->psn;
 }
 
 /* Releases the queue pairs (the kernels' GPU mapping first). */
 static void qp_release(ibgda_ep_t *ep) {
   m5_t *m = &ep->ctx->model;
   mep__ibgda_gpu_detach(ep->ctx, &ep->kgpu);
-  if (ep->kqp) mep__m5_qp_destroy(m, ep->kqp);
-  if (ep->qp) mep__m5_qp_destroy(m, ep->qp);
+  for (int i = 0; i < 2; i++) mep__ibgda_hw_qp_destroy(ep->hw[i]);
+  ep->hw[0] = ep->hw[1] = NULL;
+  if (!ep->ctx->hw) {
+    if (ep->kqp) mep__m5_qp_destroy(m, ep->kqp);
+    if (ep->qp) mep__m5_qp_destroy(m, ep->qp);
+  }
   ep->kqp = ep->qp = NULL;
   ep->ctr = NULL;
+}
+
+/* The two queue pairs: the NIC's, or the model's aimed at the peer. */
+static int qp_make(ibgda_ctx_t *ctx, ibgda_ep_t *ep, const ibgda_addr_t *a) {
+  if (ctx->hw) {
+    int rc = mep__ibgda_hw_qp_create(ctx, &ep->hw[0]);
+    if (!rc) rc = mep__ibgda_hw_qp_create(ctx, &ep->hw[1]);
+    if (rc) return rc;
+    ep->qp = &ep->hw[0]->view;
+    ep->kqp = &ep->hw[1]->view;
+    return 0;
+  }
+  uint32_t n = ctx->cfg.sq_bbs;
+  int rc = mep__m5_qp_create(&ctx->model, n, n, &ep->qp);
+  if (!rc) rc = mep__m5_qp_create(&ctx->model, n, n, &ep->kqp);
+  if (rc)
+    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for the queue "
+                     "pairs to rank %d", ctx->rank, ep->rank);
+  mep__m5_qp_target(&ctx->model, ep->qp, ep->rank, (pid_t)a->pid, a->keys);
+  mep__m5_qp_target(&ctx->model, ep->kqp, ep->rank, (pid_t)a->pid, a->keys);
+  return 0;
 }
 
 void mep__ibgda_ep_free(ibgda_ep_t *ep) {
@@ -61,19 +103,16 @@ static int ep_new(ibgda_ctx_t *ctx, int rank, const ibgda_addr_t *a,
   ep->inc = a->boot.incarnation;
   ep->link_fd = -1;
   pthread_mutex_init(&ep->mu, NULL);
-  uint32_t n = ctx->cfg.sq_bbs;
-  ep->recs = calloc(n, sizeof *ep->recs);
-  int rc = ep->recs ? mep__m5_qp_create(&ctx->model, n, n, &ep->qp)
-                    : MEP_ERR_NOMEM;
-  if (!rc) rc = mep__m5_qp_create(&ctx->model, n, n, &ep->kqp);
+  int rc = qp_make(ctx, ep, a);
+  /* a record per building block of the ring the host's queue pair got */
+  if (!rc && !(ep->recs = calloc(ep->qp->sq_bbs, sizeof *ep->recs)))
+    rc = IBGDA_ERR(ctx, MEP_ERR_NOMEM, "ibgda: rank %d: out of memory",
+                   ctx->rank);
   if (rc) {
     mep__ibgda_ep_free(ep);
-    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: no memory for the queue "
-                     "pairs to rank %d", ctx->rank, rank);
+    return rc;
   }
   ep->ctr = ep->qp->user;
-  mep__m5_qp_target(&ctx->model, ep->qp, rank, (pid_t)a->pid, a->keys);
-  mep__m5_qp_target(&ctx->model, ep->kqp, rank, (pid_t)a->pid, a->keys);
   *out = ep;
   return 0;
 }
@@ -124,9 +163,9 @@ int mep__ibgda_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   ctx->peers[peer] = ep;
   pthread_mutex_unlock(&ctx->mu);
   IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d connected to rank %d: QPs "
-            "0x%x -> 0x%x (host), 0x%x -> 0x%x (kernels; software model)",
-            ctx->rank, peer, ep->qp->qpn, ep->peer_qpn, ep->kqp->qpn,
-            ep->peer_kqpn);
+            "0x%x -> 0x%x (host), 0x%x -> 0x%x (kernels; %s)", ctx->rank,
+            peer, ep->qp->qpn, ep->peer_qpn, ep->kqp->qpn, ep->peer_kqpn,
+            ctx->hw ? ctx->dev.name : "software model");
   *out = ep;
   return 0;
 }

@@ -4,16 +4,21 @@
  * GPU-initiated RDMA on mlx5: kernels write work requests into a queue
  * pair's send queue and ring its doorbell (mep/device/mlx5.h), with no CPU
  * on the path. Two backends ([ibgda] backend):
- *  - device: an mlx5 NIC through rdma-core (mlx5dv). This version probes
- *    for one and reports the transport unavailable, with the reason, in
- *    every case: the DEVX queue set-up and UAR mapping are not built yet,
- *    and it never pretends (docs/ibgda.md).
+ *  - device: an mlx5 NIC through rdma-core (hw.c): RC queue pairs made by
+ *    libibverbs and libmlx5, whose send queue, doorbell record and CQ
+ *    (host memory) and doorbell register (a UAR page) mlx5dv_init_obj
+ *    names; kernels reach them once mapped for the GPU (gpu.c). Built
+ *    against mlx5dv.h; no ConnectX was at hand to run it (docs/ibgda.md).
  *  - model: the software model of the NIC (model.h) serves queue pairs
  *    laid out as mlx5 lays them out; peers are processes of this host.
- * The connection set-up is the verbs plugin's bootstrap (handshake.h,
- * built from plugins/verbs: one implementation), kept open as a liveness
- * channel. Host write() and signal() post on the same queue pair, built
- * by the same builders, so the core runs over the transport unchanged.
+ * Both fill the same layout (m5_qp_t's producer fields), so everything
+ * above it (host posting, descriptors, kernels) is one code. The
+ * connection set-up is the verbs plugin's: its bootstrap (handshake.h)
+ * and, on a NIC, its device opening and RC steps (rdma_dev.h), built from
+ * plugins/verbs (one implementation); the bootstrap's socket stays open
+ * as a liveness channel. Host write() and signal() post on the same
+ * queue pair, built by the same builders, so the core runs over the
+ * transport unchanged.
  *
  * Per peer two RC queue pairs: `qp`, which the host posts on, and `kqp`,
  * which GPU kernels alone post on (its descriptor is the peer part kernels
@@ -36,6 +41,7 @@
 
 #include "handshake.h"
 #include "model.h"
+#include "rdma_dev.h"
 #include "mep/transport.h"
 
 #define IBGDA_ERR(ctx, code, ...) ((ctx)->env->set_error(__VA_ARGS__), (code))
@@ -51,6 +57,7 @@ typedef struct ibgda_cfg {
   int port;
   uint32_t sq_bbs;
   int max_inline;
+  int gid_index;
   char boot_ifname[64];
   int port_lo, port_hi;
 } ibgda_cfg_t;
@@ -64,15 +71,33 @@ typedef struct ibgda_rec {
 
 struct ibgda_ctx;
 
+/* Memory kernels reach: host memory, or (io) a page of the NIC's. */
+typedef struct ibgda_range {
+  void *host;
+  size_t len;
+  int io;
+} ibgda_range_t;
+#define IBGDA_MAX_RANGES 5
+
 /* The kernels' queue pair as one GPU reaches it (gpu.c). */
 #define IBGDA_KCTR 8 /* counter words: pi, ready, ci, cq_ci, cq_lock */
 typedef struct ibgda_gpu {
-  uint64_t mem;  /* where kernels reach the queue pair's block; 0: not
-                  * attached */
+  int n;         /* ranges mapped; 0: not attached */
+  ibgda_range_t r[IBGDA_MAX_RANGES];
+  uint64_t dev[IBGDA_MAX_RANGES]; /* where kernels reach each */
   uint64_t ctr;  /* IBGDA_KCTR zeroed words in that GPU's memory */
   void *cu_ctx;  /* the CUDA context they belong to */
-  void *host;    /* the block (host address), for detaching */
 } ibgda_gpu_t;
+
+/* backend = device: a queue pair's verbs objects and its layout as the
+ * producers see it (an m5_qp_t that no model serves; hw.c). */
+typedef struct ibgda_hwqp {
+  struct ibv_cq *cq;
+  struct ibv_qp *qp;
+  uint32_t psn;
+  m5_qp_t view;
+  uint64_t user[8] __attribute__((aligned(64)));
+} ibgda_hwqp_t;
 
 typedef struct ibgda_ep {
   struct ibgda_ctx *ctx;
@@ -84,6 +109,7 @@ typedef struct ibgda_ep {
   mep__rdma_link_rx_t link_rx;
   m5_qp_t *qp;  /* the host's */
   m5_qp_t *kqp; /* the kernels' */
+  ibgda_hwqp_t *hw[2]; /* backend = device: what qp and kqp are views of */
   uint32_t peer_qpn, peer_kqpn;
   /* kqp for kernels, attached at the first device_descriptor made with a
    * CUDA context current (gpu.c) */
@@ -101,7 +127,9 @@ typedef struct ibgda_mr {
   struct ibgda_ctx *ctx;
   uint8_t *base;
   uint64_t len;
-  uint32_t key;
+  uint32_t key;  /* the rkey (the model's one key serves as both) */
+  uint32_t lkey;
+  struct ibv_mr *ib; /* backend = device */
 } ibgda_mr_t;
 
 typedef struct ibgda_rmr {
@@ -111,17 +139,22 @@ typedef struct ibgda_rmr {
 } ibgda_rmr_t;
 
 struct ibgda_cuda;
+struct ibgda_pin;
 
 typedef struct ibgda_ctx {
   const mep_tp_env_t *env;
   struct ibgda_cuda *cuda; /* the CUDA driver, once opened (gpu.c) */
+  struct ibgda_pin *pins;  /* pages mapped for GPUs (gpu.c) */
   ibgda_cfg_t cfg;
   int rank, size, timeout_ms;
   uint64_t inc;
   m5_t model;
   int model_open;
+  mep__rdma_dev_t dev; /* backend = device */
+  int hw;              /* backend = device, its device open */
   uint64_t *sink; /* 8 registered bytes for FETCH_AND_ADD results */
-  uint32_t sink_key;
+  uint32_t sink_key;   /* its lkey */
+  struct ibv_mr *sink_mr; /* backend = device */
   mep__rdma_boot_t boot;
   uint8_t addr[MEP_TP_MAX_ADDR];
   size_t addr_len;
@@ -132,14 +165,46 @@ typedef struct ibgda_ctx {
 } ibgda_ctx_t;
 
 /* config.c */
-#define MEP_IBGDA_NKEYS 7
+#define MEP_IBGDA_NKEYS 8
 extern const mep_tp_cfg_key_t mep__ibgda_keys[MEP_IBGDA_NKEYS];
 int mep__ibgda_cfg_read(const mep_tp_env_t *env, ibgda_cfg_t *cfg);
 
-/* probe.c: backend = device. Always an error: MEP_ERR_UNAVAILABLE with
- * the reason (no mlx5 device, or one found that this version cannot
- * drive), error set. */
+/* probe.c: backend = device, before anything opens: 0 where an mlx5
+ * device is listed (the one configured, if any), else MEP_ERR_UNAVAILABLE
+ * or MEP_ERR_CONFIG with the reason (no RDMA device, none mlx5, no libmlx5),
+ * error set. */
 int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg);
+/* libmlx5's entry points this plugin calls, or NULL and *why. */
+struct mlx5dv_obj;
+typedef struct ibgda_dv {
+  _Bool (*is_mlx5)(struct ibv_device *);
+  int (*init_obj)(struct mlx5dv_obj *, uint64_t);
+} ibgda_dv_t;
+const ibgda_dv_t *mep__ibgda_dv(const char **why);
+
+/* hw.c: backend = device. open: the device and port (rdma_dev.h, only
+ * mlx5 devices), its protection domain, the sink's registration. */
+int mep__ibgda_hw_open(ibgda_ctx_t *ctx);
+void mep__ibgda_hw_close(ibgda_ctx_t *ctx);
+/* A queue pair at INIT and its CQ, its layout in q->view: 0 or an error
+ * (set). */
+int mep__ibgda_hw_qp_create(ibgda_ctx_t *ctx, ibgda_hwqp_t **q);
+void mep__ibgda_hw_qp_destroy(ibgda_hwqp_t *q);
+/* RTR, RTS towards queue pair i of the peer's t. */
+int mep__ibgda_hw_qp_up(ibgda_ctx_t *ctx, ibgda_hwqp_t *q, int peer,
+                        const mep__rdma_qpinfo_t *t, int i);
+/* The layout producers use from what mlx5dv_init_obj gave for a queue
+ * pair (its number qpn) and its CQ: 0, or -1 and why this version cannot
+ * post on it (a stride, CQE size or count it does not handle). Pure: the
+ * unit tests feed it mlx5dv's structures. */
+struct mlx5dv_qp;
+struct mlx5dv_cq;
+int mep__ibgda_hw_layout(const struct mlx5dv_qp *dq,
+                         const struct mlx5dv_cq *dc, uint32_t qpn,
+                         m5_qp_t *view, char *why, size_t why_len);
+/* Registers host memory: lkey, rkey. */
+int mep__ibgda_hw_reg(ibgda_ctx_t *ctx, void *ptr, size_t len,
+                      ibgda_mr_t *mr);
 
 /* addr.c: the address blob and the remote-key blob */
 #define MEP_IBGDA_ADDR_LEN 64
@@ -172,11 +237,14 @@ void mep__ibgda_cq_push(ibgda_ctx_t *ctx, uint64_t token, int status,
                         int peer);
 int mep__ibgda_cq_pop(ibgda_ctx_t *ctx, mep_tp_completion_t *out, int max);
 
-/* gpu.c: maps the block mem for kernels of the current CUDA context and
- * gives its producers' counters there (*g; already attached to this
- * context: nothing to do): 0, or -1 and why. detach undoes it. */
-int mep__ibgda_gpu_attach(ibgda_ctx_t *ctx, void *mem, size_t len,
+/* gpu.c: maps the n ranges for kernels of the current CUDA context and
+ * gives the producers' counters there (*g; already attached to this
+ * context: nothing to do): 0, or -1 and why. gpu_addr: where kernels
+ * reach a host address within the ranges (0: none). detach undoes
+ * attach. */
+int mep__ibgda_gpu_attach(ibgda_ctx_t *ctx, const ibgda_range_t *r, int n,
                           ibgda_gpu_t *g, char *why, size_t why_len);
+uint64_t mep__ibgda_gpu_addr(const ibgda_gpu_t *g, const void *host);
 void mep__ibgda_gpu_detach(ibgda_ctx_t *ctx, ibgda_gpu_t *g);
 void mep__ibgda_gpu_close(ibgda_ctx_t *ctx);
 

@@ -51,6 +51,7 @@ static int ibgda_fini(mep_tp_ctx_t *ctxp) {
     if (ctx->sink_key) mep__m5_dereg(&ctx->model, ctx->sink_key);
     mep__m5_close(&ctx->model);
   }
+  mep__ibgda_hw_close(ctx);
   free(ctx->sink);
   free(ctx->peers);
   free(ctx->cq);
@@ -60,12 +61,10 @@ static int ibgda_fini(mep_tp_ctx_t *ctxp) {
   return 0;
 }
 
-/* The model's start: its thread, the FETCH_AND_ADD sink, the bootstrap
- * listener, the address blob. */
-static int open_model(ibgda_ctx_t *ctx) {
-  ibgda_addr_t a = {.backend = IBGDA_BACKEND_MODEL,
-                    .pid = (uint32_t)getpid()};
-  if (mep__ibgda_host_ids(a.boot_id, &a.pidns))
+/* The model's start: its thread, and the FETCH_AND_ADD sink's key. */
+static int open_model(ibgda_ctx_t *ctx, ibgda_addr_t *a) {
+  a->pid = (uint32_t)getpid();
+  if (mep__ibgda_host_ids(a->boot_id, &a->pidns))
     return IBGDA_ERR(ctx, MEP_ERR_UNAVAILABLE, "ibgda: model: this host's "
                      "boot id or PID namespace is unreadable (/proc)");
   /* Peers write into this process with process_vm_writev; under Yama's
@@ -74,10 +73,21 @@ static int open_model(ibgda_ctx_t *ctx) {
   int rc = mep__m5_open(&ctx->model, ctx->env, ctx->rank);
   if (rc) return rc;
   ctx->model_open = 1;
+  a->keys = (uint64_t)(uintptr_t)ctx->model.keys;
+  return mep__m5_reg(&ctx->model, ctx->sink, 8, &ctx->sink_key);
+}
+
+/* The backend, then the bootstrap listener and the address blob. */
+static int open_backend(ibgda_ctx_t *ctx) {
+  ibgda_addr_t a = {.backend = (uint8_t)(ctx->cfg.backend ==
+                                                 IBGDA_BACKEND_MODEL
+                                             ? IBGDA_BACKEND_MODEL
+                                             : IBGDA_BACKEND_DEVICE)};
   ctx->sink = aligned_alloc(64, 64);
   if (!ctx->sink) return MEP_ERR_NOMEM;
   memset(ctx->sink, 0, 64);
-  rc = mep__m5_reg(&ctx->model, ctx->sink, 8, &ctx->sink_key);
+  int rc = a.backend == IBGDA_BACKEND_MODEL ? open_model(ctx, &a)
+                                            : mep__ibgda_hw_open(ctx);
   if (rc) return rc;
   mep__rdma_boot_t *b = &ctx->boot;
   b->env = ctx->env;
@@ -89,7 +99,6 @@ static int open_model(ibgda_ctx_t *ctx) {
                              .port_hi = ctx->cfg.port_hi};
   rc = mep__rdma_boot_open(b, &o);
   if (rc) return rc;
-  a.keys = (uint64_t)(uintptr_t)ctx->model.keys;
   mep__rdma_boot_self(b, &a.boot);
   mep__ibgda_addr_encode(ctx->addr, &a);
   ctx->addr_len = MEP_IBGDA_ADDR_LEN;
@@ -113,8 +122,10 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   int rc = mep__ibgda_cfg_read(env, &cfg);
   if (rc) return rc;
   /* auto is device: the model is for tests and never chosen silently */
-  if (cfg.backend != IBGDA_BACKEND_MODEL)
-    return mep__ibgda_probe_device(env, &cfg);
+  if (cfg.backend != IBGDA_BACKEND_MODEL) {
+    rc = mep__ibgda_probe_device(env, &cfg);
+    if (rc) return rc;
+  }
   ibgda_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) {
     env->set_error("ibgda: init: out of memory");
@@ -130,16 +141,22 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
   ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers);
-  rc = ctx->peers ? open_model(ctx) : MEP_ERR_NOMEM;
+  rc = ctx->peers ? open_backend(ctx) : MEP_ERR_NOMEM;
   if (rc) {
     if (rc == MEP_ERR_NOMEM)
       env->set_error("ibgda: init: out of memory for %d peers", env->size);
     ibgda_fini(ctx);
     return rc;
   }
-  IBGDA_LOG(ctx, MEP_LOG_INFO, "ibgda: rank %d: backend = model: the "
-            "software model of an mlx5 NIC serves the queues (no ConnectX "
-            "in use)", ctx->rank);
+  if (ctx->hw)
+    IBGDA_LOG(ctx, MEP_LOG_INFO, "ibgda: rank %d: backend = device: %s "
+              "port %u (this path was built against mlx5dv.h and has not "
+              "run on a ConnectX: docs/ibgda.md)", ctx->rank, ctx->dev.name,
+              ctx->dev.port);
+  else
+    IBGDA_LOG(ctx, MEP_LOG_INFO, "ibgda: rank %d: backend = model: the "
+              "software model of an mlx5 NIC serves the queues (no "
+              "ConnectX in use)", ctx->rank);
   *out = ctx;
   return 0;
 }
@@ -147,15 +164,16 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
 static int ibgda_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   ibgda_ctx_t *ctx = ctxp;
   if (!ctx || !props) return MEP_ERR_INVALID;
-  /* the model's own cost (docs/ibgda.md), not a NIC's */
+  /* the model's own cost (docs/ibgda.md), not a NIC's; a NIC's port */
   mep_tp_props_t full = {
       .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_HOST,
       .dev_kind = MEP_DEV_MLX5,
-      .atomics = 0, /* the model's FETCH_AND_ADD is not atomic (model.h) */
+      /* the model's FETCH_AND_ADD is not atomic (model.h) */
+      .atomics = ctx->hw && ctx->dev.atomics,
       .max_message = 0,
-      .latency_us = 20.0,
-      .bandwidth_gbps = 2.0,
+      .latency_us = ctx->hw ? 2.0 : 20.0,
+      .bandwidth_gbps = ctx->hw ? ctx->dev.gbps : 2.0,
       .event_fd = -1,
   };
   size_t n = props->struct_size < sizeof full ? props->struct_size
@@ -175,8 +193,9 @@ static int ibgda_address(mep_tp_ctx_t *ctxp, void *buf, size_t *len) {
   return 0;
 }
 
-/* The model reaches processes of this kernel and PID namespace: the same
- * answer from both sides, as both compare the same two fields. */
+/* Both sides on the same backend; the model reaches processes of this
+ * kernel and PID namespace only. The same answer from both sides, as both
+ * compare the same fields. */
 static int ibgda_reachable(mep_tp_ctx_t *ctxp, int peer, const void *blob,
                            size_t len, char *why, size_t why_len) {
   ibgda_ctx_t *ctx = ctxp;
@@ -187,6 +206,14 @@ static int ibgda_reachable(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   ibgda_addr_t me, them;
   if (mep__ibgda_addr_decode(blob, len, &them, why, why_len)) return 0;
   mep__ibgda_addr_decode(ctx->addr, ctx->addr_len, &me, NULL, 0);
+  if (me.backend != them.backend) {
+    mep__rdma_why(why, why_len, 0, "rank %d's ibgda runs the %s backend, "
+                  "this rank's the %s", peer,
+                  them.backend == IBGDA_BACKEND_MODEL ? "model" : "device",
+                  me.backend == IBGDA_BACKEND_MODEL ? "model" : "device");
+    return 0;
+  }
+  if (me.backend == IBGDA_BACKEND_DEVICE) return 1;
   if (memcmp(me.boot_id, them.boot_id, 16) || me.pidns != them.pidns) {
     mep__rdma_why(why, why_len, 0, "other host: the software model of the "
                   "NIC reaches processes of its own host only");
@@ -201,7 +228,7 @@ __attribute__((visibility("default"))) const mep_transport_t
         .abi_minor = MEP_TRANSPORT_ABI_MINOR,
         .struct_size = sizeof(mep_transport_t),
         .name = "ibgda",
-        .version = "0.1 (mlx5 queues verified against a software model of "
+        .version = "0.2 (mlx5 queues verified against a software model of "
                    "the NIC and mlx5dv.h; not run on a ConnectX NIC)",
         .init = ibgda_init,
         .props = ibgda_props,

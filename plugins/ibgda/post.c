@@ -3,6 +3,7 @@
  * doorbell, and the completions (CQEs) that free the send queue and
  * complete tokens; poll(). */
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,7 +104,8 @@ int mep__ibgda_reap(ibgda_ep_t *ep) {
      * The WQEs before it completed; it and every later one did not: their
      * tokens fail as the peer's (ep_fail), and the report says why. */
     char msg[320] = "";
-    mep__m5_last_error(&ctx->model, msg, sizeof msg);
+    if (ctx->model_open) mep__m5_last_error(&ctx->model, msg, sizeof msg);
+    else snprintf(msg, sizeof msg, "the NIC's syndrome");
     int status = synd_status(synd);
     IBGDA_LOG(ctx, MEP_LOG_ERROR, "ibgda: rank %d: WQE %u to rank %d "
               "failed with syndrome 0x%02x (%s); the peer is reported "
@@ -161,7 +163,13 @@ static void ring(ibgda_ep_t *ep, uint64_t pi, uint32_t nbb, uint8_t flags,
   __atomic_store_n(&q->dbrec[MEP_MLX5_SND_DBR],
                    mep_mlx5_dbrec_value((uint32_t)(pi + nbb)),
                    __ATOMIC_RELEASE);
+  /* On a NIC the register is a UAR page mapped write-combining, which
+   * x86's store order does not cover: a full fence before it (the
+   * record first) and after it (flushed now), as libmlx5's
+   * mmio_wc_start and mmio_flush_writes are. */
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   __atomic_store_n(q->db, mep_mlx5_db_value(c), __ATOMIC_RELEASE);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 static int check_ep(ibgda_ep_t *ep) {
@@ -224,7 +232,7 @@ int mep__ibgda_write(mep_tp_ep_t *epp, mep_tp_mr_t *mrp, uint64_t loff,
     else
       mep_mlx5_wqe_write(q->sq, mask, (uint32_t)pi, q->qpn, fl,
                          (uint64_t)(uintptr_t)(mr->base + loff + done),
-                         mr->key, raddr, r->rkey, (uint32_t)n, 0, 0);
+                         mr->lkey, raddr, r->rkey, (uint32_t)n, 0, 0);
     ring(ep, pi, nbb, fl, last && !inl, token);
     if (last && inl) mep__ibgda_cq_push(ctx, token, 0, ep->rank);
     done += n;

@@ -1,14 +1,12 @@
-/* probe.c - backend = device: looks for an mlx5 NIC through rdma-core.
- *
- * This version does not drive one: creating queue pairs whose send queue,
- * doorbell record and CQ a GPU can write (DEVX UMEM registration) and
- * mapping the UAR page for the GPU are not built, and no ConnectX was at
- * hand to prove them. So the answer is always MEP_ERR_UNAVAILABLE, with a
- * reason that says which case this machine is: no RDMA device, devices
- * but none mlx5, or an mlx5 device that this version cannot use yet. */
+/* probe.c - backend = device: looks for an mlx5 NIC through rdma-core
+ * before anything is opened, so that a machine without one gets the
+ * reason that fits it: no RDMA device, devices but none mlx5, no usable
+ * libmlx5, or no device of the configured name. hw.c opens the one it
+ * finds. */
 #include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,20 +14,32 @@
 
 /* libmlx5 is opened here, not linked: the plugin loads without it, and
  * once opened it stays (RTLD_NODELETE), as libibverbs keeps its providers,
- * so unloading the plugin never unloads the provider under libibverbs. */
-typedef bool (*is_supported_fn)(struct ibv_device *);
+ * so unloading the plugin never unloads the provider under libibverbs.
+ * Opened once per process. */
+static ibgda_dv_t dv;
+static char dv_why[200];
+static pthread_once_t dv_once = PTHREAD_ONCE_INIT;
 
-static is_supported_fn open_mlx5(char *why, size_t len) {
+static void dv_open(void) {
   void *h = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (!h) {
-    snprintf(why, len, "%s", dlerror());
-    return NULL;
+    snprintf(dv_why, sizeof dv_why, "%s", dlerror());
+    return;
   }
-  is_supported_fn f = (is_supported_fn)(uintptr_t)dlsym(h,
-                                                        "mlx5dv_is_supported");
-  if (!f) snprintf(why, len, "libmlx5.so.1 has no mlx5dv_is_supported");
+  *(void **)&dv.is_mlx5 = dlsym(h, "mlx5dv_is_supported");
+  *(void **)&dv.init_obj = dlsym(h, "mlx5dv_init_obj");
+  if (!dv.is_mlx5 || !dv.init_obj) {
+    snprintf(dv_why, sizeof dv_why, "libmlx5.so.1 lacks mlx5dv_is_supported "
+             "or mlx5dv_init_obj");
+    dv.is_mlx5 = NULL;
+  }
   dlclose(h);
-  return f;
+}
+
+const ibgda_dv_t *mep__ibgda_dv(const char **why) {
+  pthread_once(&dv_once, dv_open);
+  *why = dv_why;
+  return dv.is_mlx5 ? &dv : NULL;
 }
 
 int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg) {
@@ -41,9 +51,9 @@ int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg) {
                    "NIC; backend = model runs the software model)");
     return MEP_ERR_UNAVAILABLE;
   }
-  char why[256];
-  is_supported_fn is_mlx5 = open_mlx5(why, sizeof why);
-  if (!is_mlx5) {
+  const char *why;
+  const ibgda_dv_t *d = mep__ibgda_dv(&why);
+  if (!d) {
     ibv_free_device_list(list);
     env->set_error("ibgda: rdma-core's mlx5 library cannot be used: %s", why);
     return MEP_ERR_UNAVAILABLE;
@@ -53,22 +63,18 @@ int mep__ibgda_probe_device(const mep_tp_env_t *env, const ibgda_cfg_t *cfg) {
   for (int i = 0; i < n; i++) {
     const char *name = ibv_get_device_name(list[i]);
     if (cfg->device[0] && strcmp(cfg->device, name)) continue;
-    if (is_mlx5(list[i])) {
+    if (d->is_mlx5(list[i])) {
       found = name;
       break;
     }
     size_t at = strlen(others);
     snprintf(others + at, sizeof others - at, "%s%s", at ? ", " : "", name);
   }
-  int rc = MEP_ERR_UNAVAILABLE;
-  if (found)
-    env->set_error("ibgda: mlx5 device %s found, but this version does not "
-                   "drive mlx5 hardware (DEVX queues and the GPU doorbell "
-                   "mapping are not built; only backend = model is)", found);
-  else if (cfg->device[0] && !others[0])
+  int rc = found ? 0 : MEP_ERR_UNAVAILABLE;
+  if (!found && cfg->device[0] && !others[0])
     env->set_error("ibgda: no RDMA device named '%s' ([ibgda] device)",
                    cfg->device);
-  else
+  else if (!found)
     env->set_error("ibgda: no mlx5 device (found: %s; mlx5dv_is_supported "
                    "says no to each)", others);
   ibv_free_device_list(list);

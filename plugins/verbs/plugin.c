@@ -116,7 +116,7 @@ static int verbs_fini(mep_tp_ctx_t *ctxp) {
   if (ctx->scratch_mr) ibv_dereg_mr(ctx->scratch_mr);
   free(ctx->scratch);
   mep__verbs_gpu_close(&ctx->gpu);
-  mep__verbs_dev_close(&ctx->dev);
+  mep__rdma_dev_close(&ctx->dev);
   if (ctx->epfd >= 0) close(ctx->epfd);
   if (ctx->cqfd >= 0) close(ctx->cqfd);
   free(ctx->peers);
@@ -162,7 +162,15 @@ static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->mr_mu, NULL);
   size_t n = (size_t)env->size;
   int rc = mep__verbs_cfg_read(env, &ctx->cfg);
-  if (!rc) rc = mep__verbs_dev_open(ctx);
+  if (!rc) {
+    mep__rdma_want_t w = {
+        .env = env, .plugin = "verbs", .device = ctx->cfg.device,
+        .port = ctx->cfg.port, .gid_index = ctx->cfg.gid_index,
+        .channel = 1,
+        .needs = "an RDMA NIC with its driver, or Soft-RoCE (rdma link add "
+                 "rxe0 type rxe netdev ETH), is needed"};
+    rc = mep__rdma_dev_open(&ctx->dev, &w);
+  }
   if (!rc && (!(ctx->peers = calloc(n, sizeof *ctx->peers)) ||
               !(ctx->tombs = calloc(n, sizeof *ctx->tombs)) ||
               !(ctx->connecting = calloc(n, 1))))
@@ -178,7 +186,7 @@ static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   }
   VERBS_LOG(ctx, MEP_LOG_DEBUG, "verbs: rank %d: %s port %u, GID index %d, "
             "MTU %s, %s", ctx->rank, ctx->dev.name, ctx->dev.port,
-            ctx->dev.gid_index, mep__verbs_mtu_name(ctx->dev.mtu),
+            ctx->dev.gid_index, mep__rdma_mtu_name(ctx->dev.mtu),
             ctx->dev.atomics ? "atomics" : "no atomics");
   *out = ctx;
   return 0;

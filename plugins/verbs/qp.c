@@ -2,16 +2,8 @@
  * and RTS once the peer's numbers are known, and the error state. */
 #include <errno.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "verbs.h"
-
-static uint32_t random_psn(void) {
-  uint32_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v)
-    v = (uint32_t)(uintptr_t)&v * 2654435761u;
-  return v & 0xffffffu;
-}
 
 static struct ibv_qp *create(verbs_ep_t *ep, uint32_t inline_bytes,
                              struct ibv_qp_init_attr *ia) {
@@ -45,74 +37,19 @@ int mep__verbs_qp_create(verbs_ep_t *ep, int i) {
                      ctx->rank, i, ep->rank, ctx->dev.name, strerror(errno),
                      ctx->cfg.sq_depth);
   ep->qps[i].qp = qp;
-  ep->qps[i].psn = random_psn();
+  ep->qps[i].psn = mep__rdma_psn();
   if (i == 0 || ia.cap.max_inline_data < ep->max_inline)
     ep->max_inline = ia.cap.max_inline_data;
-  struct ibv_qp_attr a = {
-      .qp_state = IBV_QPS_INIT,
-      .pkey_index = 0,
-      .port_num = ctx->dev.port,
-      .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                         (ctx->dev.atomics ? IBV_ACCESS_REMOTE_ATOMIC : 0),
-  };
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                IBV_QP_ACCESS_FLAGS))
+  if (mep__rdma_rc_init(&ctx->dev, qp))
     return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: queue pair %d for "
                      "rank %d on %s: INIT failed: %s", ctx->rank, i, ep->rank,
                      ctx->dev.name, strerror(errno));
   return 0;
 }
 
-static int rtr(verbs_ep_t *ep, int q, const mep__rdma_qpinfo_t *t,
-               enum ibv_mtu mtu) {
-  verbs_ctx_t *ctx = ep->ctx;
-  const verbs_dev_t *d = &ctx->dev;
-  struct ibv_qp_attr a = {
-      .qp_state = IBV_QPS_RTR,
-      .path_mtu = mtu,
-      .dest_qp_num = t->qpn[q],
-      .rq_psn = t->psn[q],
-      .max_dest_rd_atomic = (uint8_t)d->max_dest_rd_atomic,
-      .min_rnr_timer = 12,
-      .ah_attr = {.dlid = t->lid, .sl = (uint8_t)ctx->cfg.sl,
-                  .port_num = d->port},
-  };
-  /* RoCE always routes by GID; InfiniBand only across subnets. */
-  if (d->link_layer == 2 || memcmp(t->gid, d->gid, 8) != 0) {
-    a.ah_attr.is_global = 1;
-    memcpy(a.ah_attr.grh.dgid.raw, t->gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)d->gid_index;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.grh.traffic_class = (uint8_t)ctx->cfg.tclass;
-  }
-  return ibv_modify_qp(ep->qps[q].qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                           IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-static int rts(verbs_ep_t *ep, int q) {
-  verbs_ctx_t *ctx = ep->ctx;
-  struct ibv_qp_attr a = {
-      .qp_state = IBV_QPS_RTS,
-      .timeout = (uint8_t)ctx->cfg.timeout,
-      .retry_cnt = (uint8_t)ctx->cfg.retry,
-      .rnr_retry = 7,
-      .sq_psn = ep->qps[q].psn,
-      .max_rd_atomic = (uint8_t)ctx->dev.max_rd_atomic,
-  };
-  return ibv_modify_qp(ep->qps[q].qp, &a,
-                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-/* The path MTU: the configured one or the port's, and never more than
- * the peer's (both sides take the smaller). */
-static enum ibv_mtu path_mtu(const verbs_ctx_t *ctx, uint8_t theirs) {
-  int mine = ctx->cfg.mtu && ctx->cfg.mtu < ctx->dev.mtu ? ctx->cfg.mtu
-                                                          : ctx->dev.mtu;
-  return (enum ibv_mtu)(mine < theirs ? mine : theirs);
+static mep__rdma_path_t path_of(const verbs_cfg_t *c) {
+  return (mep__rdma_path_t){.mtu = c->mtu, .sl = c->sl, .tclass = c->tclass,
+                            .timeout = c->timeout, .retry = c->retry};
 }
 
 int mep__verbs_qp_up(verbs_ep_t *ep, const mep__rdma_qpinfo_t *t) {
@@ -124,23 +61,25 @@ int mep__verbs_qp_up(verbs_ep_t *ep, const mep__rdma_qpinfo_t *t) {
                      t->link_layer == 1 ? "InfiniBand" : "Ethernet",
                      ctx->dev.link_layer == 1 ? "InfiniBand" : "Ethernet");
   int nqp = t->nqp < ep->nqp_made ? t->nqp : ep->nqp_made;
-  enum ibv_mtu mtu = path_mtu(ctx, t->mtu);
+  mep__rdma_path_t path = path_of(&ctx->cfg);
+  enum ibv_mtu mtu = mep__rdma_path_mtu(&ctx->dev, &path, t->mtu);
   for (int q = 0; q < nqp; q++) {
-    const char *step = rtr(ep, q, t, mtu) ? "RTR" : rts(ep, q) ? "RTS" : NULL;
-    if (step)
+    const char *step;
+    if (mep__rdma_rc_up(&ctx->dev, &path, ep->qps[q].qp, ep->qps[q].psn, t,
+                        q, mtu, &step))
       return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: rank %d: queue pair %d "
                        "(%#x) towards rank %d's %#x on %s port %u: %s "
                        "failed: %s (path MTU %s, GID index %d)", ctx->rank,
                        q, ep->qps[q].qp->qp_num, ep->rank, t->qpn[q],
                        ctx->dev.name, ctx->dev.port, step, strerror(errno),
-                       mep__verbs_mtu_name(mtu), ctx->dev.gid_index);
+                       mep__rdma_mtu_name(mtu), ctx->dev.gid_index);
   }
   ep->nqp = nqp;
   ep->peer_scratch = t->scratch_addr;
   ep->peer_scratch_rkey = t->scratch_rkey;
   VERBS_LOG(ctx, MEP_LOG_DEBUG, "verbs: rank %d: %d queue pair%s to rank %d "
             "at RTS (path MTU %s)", ctx->rank, nqp, nqp > 1 ? "s" : "",
-            ep->rank, mep__verbs_mtu_name(mtu));
+            ep->rank, mep__rdma_mtu_name(mtu));
   return 0;
 }
 

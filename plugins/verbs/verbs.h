@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "handshake.h"
+#include "rdma_dev.h"
 #include "mep/transport.h"
 
 #define VERBS_LOG(ctx, lvl, ...) ((ctx)->env->log((lvl), __VA_ARGS__))
@@ -108,28 +109,8 @@ typedef struct verbs_cfg {
                * in band */
 } verbs_cfg_t;
 
-/* The opened device and the port in use. */
-typedef struct verbs_dev {
-  struct ibv_context *ib;
-  struct ibv_pd *pd;
-  struct ibv_comp_channel *chan;
-  char name[64];
-  uint8_t port;
-  int gid_index;
-  uint8_t gid[16];
-  uint16_t lid;
-  uint8_t link_layer; /* 1 InfiniBand, 2 Ethernet */
-  uint8_t mtu;        /* the port's active MTU (enum ibv_mtu) */
-  uint32_t max_msg;
-  int atomics;
-  int max_rd_atomic, max_dest_rd_atomic;
-  int max_qp_wr;
-  int has_ip; /* the GID is an IPv4-mapped address (RoCE v2) */
-  struct in_addr ip;
-  uint8_t prefix; /* its subnet's prefix length, 0 if unknown */
-  double gbps;    /* the port's link rate, for props */
-  int software;   /* rxe or siw: a software device */
-} verbs_dev_t;
+/* The opened device and the port in use (rdma_dev.h). */
+typedef mep__rdma_dev_t verbs_dev_t;
 
 /* GPU memory: how CUDA pointers are registered, decided at init. */
 enum { VERBS_GPU_NONE = 0, VERBS_GPU_DMABUF = 1, VERBS_GPU_PEERMEM = 2 };
@@ -305,12 +286,6 @@ typedef struct verbs_ctx {
 extern const mep_tp_cfg_key_t mep__verbs_keys[MEP_VERBS_NKEYS];
 int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *cfg);
 
-/* device.c */
-/* Opens the configured device and port and picks the GID: 0, or
- * MEP_ERR_UNAVAILABLE ("no RDMA device") / MEP_ERR_CONFIG, error set. */
-int mep__verbs_dev_open(verbs_ctx_t *ctx);
-void mep__verbs_dev_close(verbs_dev_t *dev);
-const char *mep__verbs_mtu_name(int mtu);
 
 /* gpu.c */
 void mep__verbs_gpu_probe(verbs_ctx_t *ctx);

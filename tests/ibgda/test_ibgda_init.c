@@ -2,8 +2,8 @@
  * test_ibgda_init - the ibgda plugin as the core loads it: its answer for
  * backend = device and auto on this machine, read against what sysfs says
  * independently (no RDMA device; devices but none driven by mlx5_core; an
- * mlx5 device, which this version refuses to drive, saying so), the
- * configuration it refuses, and the model backend's init and props.
+ * mlx5 device, which it opens or says why not), the configuration it
+ * refuses, and the model backend's init, props and reachability.
  */
 #include <dirent.h>
 #include <limits.h>
@@ -53,17 +53,30 @@ static int try_init(mep_plugin_t *p, mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
   return rc;
 }
 
-static void device_unavailable(mep_plugin_t *p, const char *backend) {
+static void device(mep_plugin_t *p, const char *backend) {
   mep_tp_env_t env;
   mep_tp_ctx_t *ctx;
   setenv("MEP_IBGDA_BACKEND", backend, 1);
-  CHECK_RC(try_init(p, &env, &ctx), MEP_ERR_UNAVAILABLE);
-  switch (sysfs_kind()) {
-  case 0: CHECK_MSG("no RDMA device"); break;
-  case 1: CHECK_MSG("no mlx5 device (found: "); break;
-  default: CHECK_MSG("this version does not drive mlx5 hardware");
+  int kind = sysfs_kind();
+  int rc = try_init(p, &env, &ctx);
+  if (kind == 2 && rc == 0) { /* an mlx5 NIC, opened */
+    const mep_transport_t *vt = mep_plugin_vtable(p);
+    mep_tp_props_t pr = {.struct_size = sizeof pr};
+    CHECK_OK(vt->props(ctx, &pr));
+    CHECK(pr.dev_kind == MEP_DEV_MLX5, "dev_kind %d", (int)pr.dev_kind);
+    CHECK_OK(vt->fini(ctx));
+    mep_plugin_env_fini(&env);
+    printf("PASS backend = %s: an mlx5 device opened\n", backend);
+  } else {
+    CHECK_RC(rc, MEP_ERR_UNAVAILABLE);
+    switch (kind) {
+    case 0: CHECK_MSG("no RDMA device"); break;
+    case 1: CHECK_MSG("no mlx5 device (found: "); break;
+    default: CHECK(mep_last_error()[0], "unavailable without a reason");
+    }
+    printf("PASS backend = %s: unavailable: %s\n", backend,
+           mep_last_error());
   }
-  printf("PASS backend = %s: unavailable: %s\n", backend, mep_last_error());
   unsetenv("MEP_IBGDA_BACKEND");
 }
 
@@ -105,6 +118,11 @@ static void model(mep_plugin_t *p) {
   CHECK(vt->reachable(ctx, 1, addr, len, why, sizeof why) == 0 &&
             strstr(why, "other host"),
         "another host is reachable (%s)", why);
+  addr[9] ^= 1;
+  addr[5] = 1; /* a peer on the device backend (a NIC) */
+  CHECK(vt->reachable(ctx, 1, addr, len, why, sizeof why) == 0 &&
+            strstr(why, "device backend"),
+        "a peer on a NIC is reachable from the model (%s)", why);
   uint8_t rkey[MEP_TP_MAX_RKEY], buf[64];
   size_t rlen = sizeof rkey;
   mep_tp_mr_t *mr;
@@ -126,8 +144,8 @@ static void model(mep_plugin_t *p) {
 int main(void) {
   mep_plugin_t *p;
   CHECK_OK(mep_plugin_find("ibgda", &p));
-  device_unavailable(p, "device");
-  device_unavailable(p, "auto");
+  device(p, "device");
+  device(p, "auto");
   config_refused(p);
   model(p);
   mep_plugin_close(p);

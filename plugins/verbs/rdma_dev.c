@@ -1,5 +1,6 @@
-/* device.c - the RDMA device, its port and GID: which ones, what they can
- * do, and where they are on the network. */
+/* rdma_dev.c - the RDMA device, its port and GID: which ones, what they
+ * can do, and where they are on the network. Shared by the verbs and ibgda
+ * plugins (rdma_dev.h). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -7,9 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "verbs.h"
+#include "rdma_dev.h"
 
-const char *mep__verbs_mtu_name(int mtu) {
+#define ERR MEP__RDMA_ERR
+
+const char *mep__rdma_mtu_name(int mtu) {
   switch (mtu) {
   case IBV_MTU_256: return "256";
   case IBV_MTU_512: return "512";
@@ -64,9 +67,9 @@ static uint8_t subnet_of(struct in_addr ip) {
 
 /* RoCE: the configured GID index, or the first RoCE v2 GID with an IPv4
  * address, else the first RoCE v2 GID, else index 0. */
-static int pick_gid(verbs_ctx_t *ctx, const struct ibv_port_attr *pa) {
-  verbs_dev_t *d = &ctx->dev;
-  int pick = ctx->cfg.gid_index;
+static int pick_gid(mep__rdma_dev_t *d, const mep__rdma_want_t *w,
+                    const struct ibv_port_attr *pa) {
+  int pick = w->gid_index;
   if (pick < 0) {
     int v2 = -1, v2ip = -1;
     for (int i = 0; i < pa->gid_tbl_len && v2ip < 0; i++) {
@@ -81,29 +84,27 @@ static int pick_gid(verbs_ctx_t *ctx, const struct ibv_port_attr *pa) {
   }
   union ibv_gid g;
   if (ibv_query_gid(d->ib, d->port, pick, &g))
-    return VERBS_ERR(ctx, MEP_ERR_CONFIG, "verbs: GID index %d%s: %s port "
-                     "%u has no such GID", pick,
-                     ctx->cfg.gid_index >= 0 ? " ([verbs] gid_index)" : "",
-                     d->name, d->port);
+    return ERR(w, MEP_ERR_CONFIG, "%s: GID index %d%s: %s port %u has no "
+               "such GID", w->plugin, pick,
+               w->gid_index >= 0 ? " (gid_index)" : "", d->name, d->port);
   d->gid_index = pick;
   memcpy(d->gid, g.raw, 16);
   return 0;
 }
 
-static int pick_addressing(verbs_ctx_t *ctx, const struct ibv_port_attr *pa) {
-  verbs_dev_t *d = &ctx->dev;
+static int pick_addressing(mep__rdma_dev_t *d, const mep__rdma_want_t *w,
+                           const struct ibv_port_attr *pa) {
   d->link_layer = pa->link_layer == IBV_LINK_LAYER_ETHERNET ? 2 : 1;
   d->lid = pa->lid;
   if (d->link_layer == 2) {
-    int rc = pick_gid(ctx, pa);
+    int rc = pick_gid(d, w, pa);
     if (rc) return rc;
   } else {
     union ibv_gid g;
-    d->gid_index = ctx->cfg.gid_index >= 0 ? ctx->cfg.gid_index : 0;
+    d->gid_index = w->gid_index >= 0 ? w->gid_index : 0;
     if (ibv_query_gid(d->ib, d->port, d->gid_index, &g))
-      return VERBS_ERR(ctx, MEP_ERR_CONFIG, "verbs: [verbs] gid_index = "
-                       "%d: %s port %u has no such GID", d->gid_index,
-                       d->name, d->port);
+      return ERR(w, MEP_ERR_CONFIG, "%s: gid_index = %d: %s port %u has no "
+                 "such GID", w->plugin, d->gid_index, d->name, d->port);
     memcpy(d->gid, g.raw, 16);
   }
   d->has_ip = is_v4_mapped(d->gid);
@@ -133,7 +134,7 @@ static int pick_port(struct ibv_context *ib, int want, int nports,
   return 0;
 }
 
-static void fill_caps(verbs_dev_t *d, const struct ibv_device_attr *da,
+static void fill_caps(mep__rdma_dev_t *d, const struct ibv_device_attr *da,
                       const struct ibv_port_attr *pa) {
   d->mtu = (uint8_t)pa->active_mtu;
   d->max_msg = pa->max_msg_sz;
@@ -148,9 +149,9 @@ static void fill_caps(verbs_dev_t *d, const struct ibv_device_attr *da,
 }
 
 /* Opens `dev` if it has a usable port: 1 done, 0 not usable (why). */
-static int try_device(verbs_ctx_t *ctx, struct ibv_device *dev, char *why,
-                      size_t n) {
-  verbs_dev_t *d = &ctx->dev;
+static int try_device(mep__rdma_dev_t *d, const mep__rdma_want_t *w,
+                      struct ibv_device *dev, char *why, size_t n) {
+  if (w->accept && !w->accept(dev, why, n)) return 0;
   struct ibv_context *ib = ibv_open_device(dev);
   if (!ib) {
     snprintf(why, n, "%s cannot be opened: %s", ibv_get_device_name(dev),
@@ -164,7 +165,7 @@ static int try_device(verbs_ctx_t *ctx, struct ibv_device *dev, char *why,
   if (ibv_query_device(ib, &da))
     snprintf(pwhy, sizeof pwhy, "cannot be queried: %s", strerror(errno));
   else
-    port = pick_port(ib, ctx->cfg.port, da.phys_port_cnt, &pa, pwhy,
+    port = pick_port(ib, w->port, da.phys_port_cnt, &pa, pwhy,
                      sizeof pwhy);
   if (!port) {
     snprintf(why, n, "%s %s", ibv_get_device_name(dev), pwhy);
@@ -175,34 +176,37 @@ static int try_device(verbs_ctx_t *ctx, struct ibv_device *dev, char *why,
   d->port = (uint8_t)port;
   snprintf(d->name, sizeof d->name, "%s", ibv_get_device_name(dev));
   fill_caps(d, &da, &pa);
-  return pick_addressing(ctx, &pa) ? -1 : 1;
+  return pick_addressing(d, w, &pa) ? -1 : 1;
 }
 
-static int open_resources(verbs_ctx_t *ctx) {
-  verbs_dev_t *d = &ctx->dev;
+static int open_resources(mep__rdma_dev_t *d, const mep__rdma_want_t *w) {
   d->pd = ibv_alloc_pd(d->ib);
-  d->chan = d->pd ? ibv_create_comp_channel(d->ib) : NULL;
-  if (!d->chan ||
-      fcntl(d->chan->fd, F_SETFL, fcntl(d->chan->fd, F_GETFL) | O_NONBLOCK) ||
-      fcntl(d->ib->async_fd, F_SETFL,
-            fcntl(d->ib->async_fd, F_GETFL) | O_NONBLOCK))
-    return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: %s: allocating a "
-                     "protection domain or completion channel failed: %s",
-                     d->name, strerror(errno));
+  int ok = d->pd != NULL;
+  if (ok && w->channel) {
+    d->chan = ibv_create_comp_channel(d->ib);
+    ok = d->chan &&
+         !fcntl(d->chan->fd, F_SETFL,
+                fcntl(d->chan->fd, F_GETFL) | O_NONBLOCK) &&
+         !fcntl(d->ib->async_fd, F_SETFL,
+                fcntl(d->ib->async_fd, F_GETFL) | O_NONBLOCK);
+  }
+  if (!ok)
+    return ERR(w, MEP_ERR_SYSTEM, "%s: %s: allocating a protection domain%s "
+               "failed: %s", w->plugin, d->name,
+               w->channel ? " or completion channel" : "", strerror(errno));
   return 0;
 }
 
-int mep__verbs_dev_open(verbs_ctx_t *ctx) {
+int mep__rdma_dev_open(mep__rdma_dev_t *d, const mep__rdma_want_t *w) {
+  memset(d, 0, sizeof *d);
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
   if (!list || n == 0) {
     int e = errno;
     if (list) ibv_free_device_list(list);
-    return VERBS_ERR(ctx, MEP_ERR_UNAVAILABLE, "verbs: no RDMA device "
-                     "(libibverbs lists none%s%s): an RDMA NIC with its "
-                     "driver, or Soft-RoCE (rdma link add rxe0 type rxe "
-                     "netdev ETH), is needed", list ? "" : ": ",
-                     list ? "" : strerror(e));
+    return ERR(w, MEP_ERR_UNAVAILABLE, "%s: no RDMA device (libibverbs "
+               "lists none%s%s): %s", w->plugin, list ? "" : ": ",
+               list ? "" : strerror(e), w->needs);
   }
   char why[256] = "", names[256] = "";
   int rc = 0;
@@ -210,21 +214,21 @@ int mep__verbs_dev_open(verbs_ctx_t *ctx) {
     const char *name = ibv_get_device_name(list[i]);
     size_t len = strlen(names);
     snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", name);
-    if (ctx->cfg.device[0] && strcmp(ctx->cfg.device, name) != 0) continue;
-    rc = try_device(ctx, list[i], why, sizeof why);
+    if (w->device[0] && strcmp(w->device, name) != 0) continue;
+    rc = try_device(d, w, list[i], why, sizeof why);
   }
   ibv_free_device_list(list);
   if (rc < 0) return MEP_ERR_CONFIG;
-  if (rc == 0 && ctx->cfg.device[0] && !why[0])
-    return VERBS_ERR(ctx, MEP_ERR_CONFIG, "verbs: [verbs] device = %s: no "
-                     "such RDMA device (found: %s)", ctx->cfg.device, names);
+  if (rc == 0 && w->device[0] && !why[0])
+    return ERR(w, MEP_ERR_CONFIG, "%s: [%s] device = %s: no such RDMA device "
+               "(found: %s)", w->plugin, w->plugin, w->device, names);
   if (rc == 0)
-    return VERBS_ERR(ctx, MEP_ERR_UNAVAILABLE, "verbs: no usable RDMA port "
-                     "(%s)", why);
-  return open_resources(ctx);
+    return ERR(w, MEP_ERR_UNAVAILABLE, "%s: no usable RDMA %s (%s)",
+               w->plugin, w->accept ? "device" : "port", why);
+  return open_resources(d, w);
 }
 
-void mep__verbs_dev_close(verbs_dev_t *d) {
+void mep__rdma_dev_close(mep__rdma_dev_t *d) {
   if (d->chan) ibv_destroy_comp_channel(d->chan);
   if (d->pd) ibv_dealloc_pd(d->pd);
   if (d->ib) ibv_close_device(d->ib);
