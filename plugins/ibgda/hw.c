@@ -132,7 +132,8 @@ int mep__ibgda_hw_qp_create(ibgda_ctx_t *ctx, ibgda_hwqp_t **out) {
     return IBGDA_ERR(ctx, MEP_ERR_UNSUPPORTED, "ibgda: rank %d: %s: %s",
                      ctx->rank, d->name, why);
   }
-  /* the CQEs as libmlx5 left them: owned by the NIC (opcode invalid) */
+  /* libmlx5 leaves every CQE invalid (MLX5_CQE_INVALID), owned by the
+   * NIC, as the model starts its CQ */
   q->view.user = q->user;
   q->view.peer = -1;
   q->view.peer_pidfd = -1;

@@ -164,7 +164,8 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
 static int ibgda_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   ibgda_ctx_t *ctx = ctxp;
   if (!ctx || !props) return MEP_ERR_INVALID;
-  /* the model's own cost (docs/ibgda.md), not a NIC's; a NIC's port */
+  /* over the model its own cost (docs/ibgda.md), not a NIC's; on a NIC
+   * its port's rate */
   mep_tp_props_t full = {
       .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_HOST,
