@@ -20,8 +20,9 @@ typedef struct mep__proxy mep__proxy_t;
  * PUT sends bytes of `region` to the peer's instance of region, SIGNAL
  * stores a word there (after the earlier puts to that peer). A bad
  * command, or one to a failed peer, is dropped: *failed becomes nonzero
- * and mep__proxy_error tells the first such error. `region` (the host
- * part) must outlive the proxy. */
+ * and mep__proxy_error tells the first such error. PUTs whose bytes
+ * continue one another may go as one (devwin_proxy.c: merging). `region`
+ * (the host part) must outlive the proxy. */
 int mep__proxy_start(mep_comm_t *comm, mep_region_t *region,
                      mep_dev_cmd_t *ring, uint32_t len,
                      volatile uint64_t *done, volatile uint32_t *failed,
@@ -29,6 +30,11 @@ int mep__proxy_start(mep_comm_t *comm, mep_region_t *region,
 
 /* 0, or the first error the proxy met, with its message in msg. */
 int mep__proxy_error(mep__proxy_t *px, char *msg, size_t len);
+
+/* PUT commands carried out so far, and how many of them went within an
+ * earlier one's mep_put (merged: their bytes continued it). NULL: 0, 0. */
+void mep__proxy_counts(const mep__proxy_t *px, uint64_t *puts,
+                       uint64_t *merged);
 
 /* CUDA builds (cuda/devwin_quiet.cu): waits, from a one-thread kernel on
  * a stream of its own, until the NIC has carried out every request kernels

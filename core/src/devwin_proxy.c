@@ -10,7 +10,18 @@
  * A slot a kernel reserved but never wrote (it gave up on a full ring at
  * its deadline) would stop the ring for good. The thread skips such a
  * hole, and reports it, once later slots are ready and the hole stayed
- * empty for the communicator's timeout. */
+ * empty for the communicator's timeout.
+ *
+ * Merging: the ready PUTs that follow each other in the ring (up to the
+ * next command of another kind) are taken together, sorted by peer and
+ * destination, and those whose bytes continue one another in both the
+ * stage and the window go as one mep_put. Kernels put a row in pieces
+ * from several warps, in whatever order the warps reserve their slots;
+ * a transport pays per message (tcp: a header and a system call), so a
+ * row then crosses as one message, not one per piece. Puts carry no
+ * order among themselves (a signal orders the puts before it, and a
+ * batch never passes a signal), so sorting them changes nothing a
+ * receiver may rely on. */
 #include "devwin.h"
 
 #include <pthread.h>
@@ -26,6 +37,15 @@
 #include "error.h"
 #include "log.h"
 
+/* PUTs taken together at most (merging, above). */
+#define PROXY_BATCH 512
+
+typedef struct proxy_put {
+  int32_t peer;
+  uint64_t src, dst, len;
+  uint64_t first, last; /* the ring positions it carries out */
+} proxy_put_t;
+
 struct mep__proxy {
   mep_comm_t *comm;
   mep_region_t *region;
@@ -36,6 +56,9 @@ struct mep__proxy {
   volatile uint32_t *failed;
   uint64_t pos;                     /* the next slot to take */
   uint64_t unflushed;               /* puts since the last flush */
+  proxy_put_t *batch;               /* [PROXY_BATCH] */
+  _Atomic uint64_t puts, merged;    /* PUTs carried out; of them, merged
+                                     * into an earlier one's mep_put */
   pthread_t thread;
   _Atomic int stop;
   _Atomic uint64_t target;
@@ -118,32 +141,99 @@ static const char *invalid(const mep__proxy_t *px, uint32_t op, int32_t peer,
                                                "bounds";
 }
 
-static void carry_out(mep__proxy_t *px, volatile mep_dev_cmd_t *c) {
-  uint32_t op = c->op;
-  int32_t peer = c->peer;
-  uint64_t src = c->src_off, dst = c->dst_off, arg = c->arg;
-  const char *bad = invalid(px, op, peer, src, dst, arg);
-  if (bad) {
-    record(px, op == MEP_DEV_CMD_PUT && peer >= 0 ? MEP_ERR_BOUNDS
-                                                  : MEP_ERR_INVALID,
-           -1, "device window proxy: dropped command %llu (%s op %u to rank "
-           "%d, src %llu, dst %llu, arg %llu; window of %llu bytes): %s",
-           (unsigned long long)px->pos, op_name(op), op, (int)peer,
-           (unsigned long long)src, (unsigned long long)dst,
-           (unsigned long long)arg, (unsigned long long)px->bytes, bad);
-    return;
-  }
-  int rc = MEP_OK;
-  if (op == MEP_DEV_CMD_PUT && arg) {
-    rc = mep_put(px->comm, peer, px->region, src, px->region, dst, arg);
-    if (rc == MEP_OK) px->unflushed++;
-  } else if (op == MEP_DEV_CMD_SIGNAL) {
-    rc = mep_signal(px->comm, peer, px->region, dst, arg, MEP_SIGNAL_SET);
-  }
+static int ready(const mep__proxy_t *px, uint64_t pos) {
+  volatile mep_dev_cmd_t *c = &px->ring[pos & (px->len - 1)];
+  return __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) == pos + 1;
+}
+
+/* The command at pos if it can be carried out (0), else dropped and
+ * reported (-1). */
+static int check(mep__proxy_t *px, uint64_t pos, const mep_dev_cmd_t *c) {
+  const char *bad = invalid(px, c->op, c->peer, c->src_off, c->dst_off,
+                            c->arg);
+  if (!bad) return 0;
+  record(px, c->op == MEP_DEV_CMD_PUT && c->peer >= 0 ? MEP_ERR_BOUNDS
+                                                      : MEP_ERR_INVALID,
+         -1, "device window proxy: dropped command %llu (%s op %u to rank "
+         "%d, src %llu, dst %llu, arg %llu; window of %llu bytes): %s",
+         (unsigned long long)pos, op_name(c->op), c->op, (int)c->peer,
+         (unsigned long long)c->src_off, (unsigned long long)c->dst_off,
+         (unsigned long long)c->arg, (unsigned long long)px->bytes, bad);
+  return -1;
+}
+
+static mep_dev_cmd_t load(const mep__proxy_t *px, uint64_t pos) {
+  volatile mep_dev_cmd_t *v = &px->ring[pos & (px->len - 1)];
+  mep_dev_cmd_t c;
+  c.op = v->op;
+  c.peer = v->peer;
+  c.src_off = v->src_off;
+  c.dst_off = v->dst_off;
+  c.arg = v->arg;
+  return c;
+}
+
+static void carry_out_signal(mep__proxy_t *px, const mep_dev_cmd_t *c) {
+  int rc = mep_signal(px->comm, c->peer, px->region, c->dst_off, c->arg,
+                      MEP_SIGNAL_SET);
   if (rc)
-    record(px, rc, peer, "device window proxy: dropped the %s of command "
-           "%llu to rank %d: %s", op_name(op), (unsigned long long)px->pos,
-           (int)peer, mep_last_error());
+    record(px, rc, c->peer, "device window proxy: dropped the signal of "
+           "command %llu to rank %d: %s", (unsigned long long)px->pos,
+           (int)c->peer, mep_last_error());
+}
+
+static int is_put(const mep__proxy_t *px, uint64_t pos) {
+  return px->ring[pos & (px->len - 1)].op == MEP_DEV_CMD_PUT;
+}
+
+static int put_order(const void *a, const void *b) {
+  const proxy_put_t *x = a, *y = b;
+  if (x->peer != y->peer) return x->peer < y->peer ? -1 : 1;
+  return (x->dst > y->dst) - (x->dst < y->dst);
+}
+
+/* Takes the ready PUTs from pos on, up to the next command of another
+ * kind (or a full batch, or half the ring: slots must come back), into
+ * px->batch; a malformed one is dropped and reported. Their count. */
+static uint32_t take_puts(mep__proxy_t *px) {
+  uint32_t n = 0;
+  uint64_t start = px->pos;
+  while (n < PROXY_BATCH && px->pos - start < px->len / 2 &&
+         ready(px, px->pos) && is_put(px, px->pos)) {
+    mep_dev_cmd_t c = load(px, px->pos);
+    if (!check(px, px->pos, &c) && c.arg)
+      px->batch[n++] = (proxy_put_t){c.peer, c.src_off, c.dst_off, c.arg,
+                                     px->pos, px->pos};
+    px->pos++;
+  }
+  return n;
+}
+
+/* One mep_put per run of the batch whose bytes continue one another. */
+static void carry_out_puts(mep__proxy_t *px, uint32_t n) {
+  proxy_put_t *b = px->batch;
+  qsort(b, n, sizeof *b, put_order);
+  for (uint32_t i = 0; i < n;) {
+    proxy_put_t m = b[i++];
+    while (i < n && b[i].peer == m.peer && b[i].dst == m.dst + m.len &&
+           b[i].src == m.src + m.len) {
+      m.len += b[i].len;
+      m.first = b[i].first < m.first ? b[i].first : m.first;
+      m.last = b[i].last > m.last ? b[i].last : m.last;
+      i++;
+      atomic_fetch_add(&px->merged, 1);
+    }
+    int rc = mep_put(px->comm, m.peer, px->region, m.src, px->region, m.dst,
+                     m.len);
+    if (rc == MEP_OK)
+      px->unflushed++;
+    else
+      record(px, rc, m.peer, "device window proxy: dropped the put of "
+             "commands %llu to %llu to rank %d: %s",
+             (unsigned long long)m.first, (unsigned long long)m.last,
+             (int)m.peer, mep_last_error());
+  }
+  atomic_fetch_add(&px->puts, n);
 }
 
 static void flush(mep__proxy_t *px) {
@@ -152,11 +242,6 @@ static void flush(mep__proxy_t *px) {
   if (rc)
     record(px, rc, -1, "device window proxy: a put did not complete: %s",
            mep_last_error());
-}
-
-static int ready(const mep__proxy_t *px, uint64_t pos) {
-  volatile mep_dev_cmd_t *c = &px->ring[pos & (px->len - 1)];
-  return __atomic_load_n(&c->seq, __ATOMIC_ACQUIRE) == pos + 1;
 }
 
 /* Skips the slot at pos when a later one is ready: its writer gave up. */
@@ -194,8 +279,13 @@ static void *serve(void *arg) {
         break;
     }
     if (ready(px, px->pos)) {
-      carry_out(px, &px->ring[px->pos & (px->len - 1)]);
-      px->pos++;
+      if (is_put(px, px->pos)) {
+        carry_out_puts(px, take_puts(px));
+      } else {
+        mep_dev_cmd_t c = load(px, px->pos);
+        if (!check(px, px->pos, &c)) carry_out_signal(px, &c);
+        px->pos++;
+      }
       /* a batch is bounded so a full ring gets slots back */
       if (px->pos - *px->done >= px->len / 2) publish(px);
       rounds = 0;
@@ -231,7 +321,10 @@ int mep__proxy_start(mep_comm_t *comm, mep_region_t *region,
   mep__proxy_t *px = calloc(1, sizeof *px);
   if (!px) return mep__err(MEP_ERR_NOMEM, "out of memory");
   px->told = calloc((size_t)comm->size, 1);
-  if (!px->told) {
+  px->batch = malloc(PROXY_BATCH * sizeof *px->batch);
+  if (!px->told || !px->batch) {
+    free(px->told);
+    free(px->batch);
     free(px);
     return mep__err(MEP_ERR_NOMEM, "out of memory");
   }
@@ -248,6 +341,7 @@ int mep__proxy_start(mep_comm_t *comm, mep_region_t *region,
   if (e) {
     pthread_mutex_destroy(&px->mu);
     free(px->told);
+    free(px->batch);
     free(px);
     return mep__err_errno(MEP_ERR_SYSTEM, e, "device window proxy: "
                           "pthread_create");
@@ -280,6 +374,13 @@ int mep__proxy_stop(mep__proxy_t *px, uint64_t target) {
   }
   pthread_mutex_destroy(&px->mu);
   free(px->told);
+  free(px->batch);
   free(px);
   return rc;
+}
+
+void mep__proxy_counts(const mep__proxy_t *px, uint64_t *puts,
+                       uint64_t *merged) {
+  *puts = px ? atomic_load(&px->puts) : 0;
+  *merged = px ? atomic_load(&px->merged) : 0;
 }

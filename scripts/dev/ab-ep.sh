@@ -5,8 +5,10 @@
 # (default 2), then, where B has the ibgda plugin, B's EP and device-window
 # tests over ibgda with the GPUs as two hosts. Plugins come from B (a
 # plugin of a newer ABI minor loads in an older core). inih and rdma-core
-# from .carry, as tests/gpu/run.sh takes them.
-# Usage: scripts/dev/ab-ep.sh DIR_A DIR_B [ROUNDS]
+# from .carry, as tests/gpu/run.sh takes them. AB_ENV: VAR=VALUE words
+# for the A/B runs (MEP_LAUNCH_HOSTS=1: the GPUs as two hosts, the
+# window's proxy over tcp between them).
+# Usage: [AB_ENV=...] scripts/dev/ab-ep.sh DIR_A DIR_B [ROUNDS]
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
@@ -30,8 +32,8 @@ run() { # limit, command...
 }
 for ((i = 1; i <= rounds; i++)); do
   for d in "$a" "$b"; do
-    run 60 "$d/tests/gpu/ep/ep_bench" -n 2 --burst 10
-    run 60 env MEP_EP_COMBINE_REDUCE=0 "$d/tests/gpu/ep/ep_bench" -n 2 --burst 10
+    run 60 env ${AB_ENV:-} "$d/tests/gpu/ep/ep_bench" -n 2 --burst 10
+    run 60 env ${AB_ENV:-} MEP_EP_COMBINE_REDUCE=0 "$d/tests/gpu/ep/ep_bench" -n 2 --burst 10
   done
 done
 [ -f "$b/plugins/ibgda/libmep-transport-ibgda.so" ] || exit 0

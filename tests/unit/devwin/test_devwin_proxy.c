@@ -8,8 +8,12 @@
  * commands into a ring the way mep/device/win.cuh does (reserve a slot,
  * wait while the ring is full, write the fields, fence, store seq with
  * release): to every peer, puts of random lengths (0, 1, odd, up to 1 MiB)
- * at odd offsets of seeded bytes, then a signal. The producer fills the
- * ring before the proxy starts, so it must wait for ring_done. Receivers
+ * at odd offsets of seeded bytes, then a signal. Each piece goes as three
+ * puts whose bytes continue one another, queued out of order (middle,
+ * last, first), as warps queue a row's pieces; the proxy may merge them.
+ * One such piece is in the ring before the proxy starts, with the empty
+ * puts that fill it (so the producer must wait for ring_done): that
+ * piece must go as one put. Receivers
  * mep_wait the signals and compare every byte of their receive areas
  * (pieces and the gaps between them) with what the senders' seeds give.
  * MODE:
@@ -144,24 +148,42 @@ static int send_bad(rank_ctx_t *x, int peer) {
   return rc;
 }
 
+/* Piece k to d, staged, then queued as three puts (middle, last, first;
+ * fewer for pieces under 3 bytes). */
+static int send_piece(rank_ctx_t *x, int d, int k) {
+  const cfg_t *c = x->c;
+  int me = mep_comm_rank(x->comm);
+  size_t off[PIECES], len[PIECES];
+  plan(c, me, d, off, len);
+  size_t so = stage_off(c, d) + off[k], ro = recv_off(c, me) + off[k];
+  fill_random(x->base + so, len[k], piece_seed(c, me, d, k));
+  size_t a = len[k] / 3, b = len[k] / 3 + len[k] % 3; /* first, middle */
+  size_t part[3][2] = {{a, b}, {a + b, len[k] - a - b}, {0, a}};
+  int rc = 0;
+  for (int i = 0; i < 3 && !rc; i++)
+    if (part[i][1] || (i == 0 && len[k] == 0))
+      rc = enqueue(x, MEP_DEV_CMD_PUT, d, so + part[i][0], ro + part[i][0],
+                   part[i][1]);
+  return rc;
+}
+
+/* The piece queued before the ring fills: rank me's to its successor. */
+#define EARLY_PIECE 3
+
 static void *producer(void *arg) {
   rank_ctx_t *x = arg;
   const cfg_t *c = x->c;
   int me = mep_comm_rank(x->comm);
   int first = (me + 1) % c->n;
-  /* more than a ring's worth of empty puts first: the ring fills up
+  x->error = send_piece(x, first, EARLY_PIECE);
+  /* more than a ring's worth of empty puts then: the ring fills up
    * before the proxy runs */
   for (uint32_t i = 0; i < c->ring_len + 5 && !x->error; i++)
     x->error = enqueue(x, MEP_DEV_CMD_PUT, first, 0, recv_off(c, me), 0);
-  size_t off[PIECES], len[PIECES];
   for (int k = 0; k < PIECES && !x->error; k++) {
     for (int d = 0; d < c->n && !x->error; d++) {
-      if (d == me) continue;
-      plan(c, me, d, off, len);
-      size_t so = stage_off(c, d) + off[k];
-      fill_random(x->base + so, len[k], piece_seed(c, me, d, k));
-      x->error = enqueue(x, MEP_DEV_CMD_PUT, d, so, recv_off(c, me) + off[k],
-                         len[k]);
+      if (d == me || (d == first && k == EARLY_PIECE)) continue;
+      x->error = send_piece(x, d, k);
       if (!x->error && c->mode == BAD && k == PIECES / 2)
         x->error = send_bad(x, d);
     }
@@ -267,6 +289,15 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
           (unsigned long long)x.tail);
     sleep_ms(1);
   }
+
+  /* the early piece's three puts were in the first batch (the ring was
+   * full, a batch takes up to half of it): one mep_put */
+  uint64_t puts, merged;
+  mep__proxy_counts(px, &puts, &merged);
+  CHECK(merged >= 2 && merged < puts,
+        "rank %d: %llu puts carried out, %llu merged (of %llu commands)", me,
+        (unsigned long long)puts, (unsigned long long)merged,
+        (unsigned long long)x.tail);
 
   char msg[600];
   int err = mep__proxy_error(px, msg, sizeof msg);
