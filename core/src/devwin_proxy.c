@@ -197,8 +197,8 @@ static int put_order(const void *a, const void *b) {
  * px->batch; a malformed one is dropped and reported. Their count. */
 static uint32_t take_puts(mep__proxy_t *px) {
   uint32_t n = 0;
-  uint64_t start = px->pos;
-  while (n < PROXY_BATCH && px->pos - start < px->len / 2 &&
+  uint64_t start = px->pos, most = px->len > 1 ? px->len / 2 : 1;
+  while (n < PROXY_BATCH && px->pos - start < most &&
          ready(px, px->pos) && is_put(px, px->pos)) {
     mep_dev_cmd_t c = load(px, px->pos);
     if (!check(px, px->pos, &c) && c.arg)
