@@ -7,8 +7,6 @@
 
 #include "ibgda.h"
 
-static int pow2(uint32_t v) { return v && !(v & (v - 1)); }
-
 int mep__ibgda_hw_layout(const struct mlx5dv_qp *dq,
                          const struct mlx5dv_cq *dc, uint32_t qpn,
                          m5_qp_t *v, char *why, size_t why_len) {
@@ -17,11 +15,12 @@ int mep__ibgda_hw_layout(const struct mlx5dv_qp *dq,
     bad = "a queue object it does not name";
   else if (dq->sq.stride != MEP_MLX5_SEND_WQE_BB)
     bad = "a send queue stride other than 64 bytes";
-  else if (!pow2(dq->sq.wqe_cnt) || dq->sq.wqe_cnt < MEP_MLX5_MAX_WQE_BB)
+  else if (!mep__m5_pow2(dq->sq.wqe_cnt) ||
+           dq->sq.wqe_cnt < MEP_MLX5_MAX_WQE_BB)
     bad = "a send queue size that is not a power of two of at least 4";
   else if (dc->cqe_size != MEP_MLX5_CQE_SIZE)
     bad = "CQEs of other than 64 bytes (MLX5_CQE_SIZE=128?)";
-  else if (!pow2(dc->cqe_cnt))
+  else if (!mep__m5_pow2(dc->cqe_cnt))
     bad = "a CQ size that is not a power of two";
   if (bad) {
     snprintf(why, why_len, "mlx5dv_init_obj gives %s (send queue %u x %u "

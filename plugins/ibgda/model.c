@@ -118,11 +118,10 @@ void mep__m5_dereg(m5_t *m, uint32_t key) {
   pthread_mutex_unlock(&m->mu);
 }
 
-static int pow2(uint32_t v) { return v && !(v & (v - 1)); }
-
 int mep__m5_qp_create(m5_t *m, uint32_t sq_bbs, uint32_t cq_n,
                       m5_qp_t **out) {
-  if (!pow2(sq_bbs) || !pow2(cq_n)) return MEP_ERR_INVALID;
+  if (!mep__m5_pow2(sq_bbs) || !mep__m5_pow2(cq_n))
+    return MEP_ERR_INVALID;
   m5_qp_t *q = calloc(1, sizeof *q);
   if (!q) return MEP_ERR_NOMEM;
   q->sq_bbs = sq_bbs;

@@ -102,6 +102,10 @@ typedef struct m5 {
   uint64_t nerr;
 } m5_t;
 
+/* Whether v is a power of two (queue and CQ sizes, the model's and a
+ * NIC's). */
+static inline int mep__m5_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
 /* Starts a model (its thread). 0 or MEP_ERR_SYSTEM / MEP_ERR_NOMEM. */
 int mep__m5_open(m5_t *m, const mep_tp_env_t *env, int rank);
 void mep__m5_close(m5_t *m);
