@@ -17,7 +17,9 @@
 # there with torch's extension builder (setup.py build_ext --inplace);
 # --no-build reuses an earlier build, --build-only stops after it. mep must
 # be built with CUDA first (tests/gpu/run.sh --build makes build-gpu, whose
-# Python packages are used). Needs 2 GPUs (--ranks, default 2), NVSHMEM
+# Python packages are used), or MEP_GPU_PREBUILT names a folder built
+# elsewhere (scripts/dev/gpubin.sh; mep.ep then goes through ctypes, whose
+# eager calls cost more host time than its torch extension's). Needs 2 GPUs (--ranks, default 2), NVSHMEM
 # from pip (nvidia-nvshmem-cu12 or -cu13; DeepEP's setup finds it) and
 # rdma-core's headers (the system's, or .carry/rdma from
 # scripts/carry-rdma.sh): DeepEP includes mlx5dv.h.
@@ -86,9 +88,16 @@ if [ $build != 0 ]; then
     python3 setup.py build_ext --inplace || { echo "$pass passed, $fail failed"; exit 1; }
   [ $build = 2 ] && { echo "$pass passed, $fail failed"; exit 0; }
 fi
-mep_py=$PWD/build-gpu/frontends/c10d/python
-export LD_LIBRARY_PATH=$PWD/build-gpu/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export MEP_PLUGIN_PATH=$PWD/build-gpu/plugins/tcp:$PWD/build-gpu/plugins/nvlink
+mb=$PWD/${MEP_GPU_PREBUILT:-build-gpu}
+mb=${mb%/}
+[ -n "${MEP_GPU_PREBUILT:-}" ] &&
+  export MEP_EP_OPS=0 MEP_EP_LIBRARY=$mb/frontends/ep/libmep-ep.so.0
+mep_py=$mb/frontends/c10d/python
+export LD_LIBRARY_PATH=$mb/core${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# inih from .carry/inih (scripts/carry-inih.sh) where the system has none
+pkg-config --exists inih 2>/dev/null ||
+  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib:$LD_LIBRARY_PATH
+export MEP_PLUGIN_PATH=$mb/plugins/tcp:$mb/plugins/nvlink
 # DeepEP's tests, and their copies with the one import changed
 tests=$work/tests-mep
 rm -rf "$tests" && cp -r "$work/tests" "$tests"

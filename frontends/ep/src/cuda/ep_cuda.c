@@ -34,10 +34,9 @@ struct mep__ep_cuda {
                               * the rule, 2 always */
   int cs_resident;           /* combine send blocks the GPU holds at once */
   int dr_resident;           /* dispatch receive blocks, the same */
-  void *mem;                 /* one allocation for the five below */
+  void *mem;                 /* one allocation for the four below */
   mep__ep_dstate_t *st;
   int *slots;                /* [2][experts] */
-  unsigned long long *ready; /* [local] */
   unsigned int *pair_done;   /* [local][ranks] */
   unsigned int *red_done;    /* [ranks] */
   uint8_t *comb_buf;         /* the device part's combine stage */
@@ -56,12 +55,11 @@ static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
 
 static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
-/* The state's allocation: dstate, slots, ready, pair_done, red_done. */
+/* The state's allocation: dstate, slots, pair_done, red_done. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   const mep__ep_layout_t *l = &b->lay;
   size_t o_slots = round16(sizeof(mep__ep_dstate_t));
-  size_t o_ready = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
-  size_t o_pair = o_ready + round16((size_t)l->local * 8);
+  size_t o_pair = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
   size_t o_red = o_pair + round16((size_t)l->local * l->ranks * 4);
   size_t bytes = o_red + round16((size_t)l->ranks * 4);
   void *mem = NULL;
@@ -77,7 +75,6 @@ static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   uint8_t *m = cu->mem;
   cu->st = (mep__ep_dstate_t *)m;
   cu->slots = (int *)(m + o_slots);
-  cu->ready = (unsigned long long *)(m + o_ready);
   cu->pair_done = (unsigned int *)(m + o_pair);
   cu->red_done = (unsigned int *)(m + o_red);
   return 0;
@@ -288,7 +285,6 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   mep__ep_kdisp_t k = {0};
   fill_common(b, c, &k.c);
   k.slots = cu->slots;
-  k.ready = cu->ready;
   k.x = a->x;
   k.topk_idx = a->topk_idx;
   k.num_tokens = a->num_tokens;

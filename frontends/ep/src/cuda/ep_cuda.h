@@ -39,6 +39,10 @@ typedef struct mep__ep_dstate {
    * next send of that kind reuses the stages only once the proxy has
    * carried out every command up to it. */
   unsigned long long mark[2];
+  /* A wait of the running dispatch receive failed (a source missed its
+   * deadline): its blocks' views of the counts may differ, and the last
+   * block lays the rows out again from block 0's (ep_dispatch_recv.cu). */
+  unsigned int dr_lost;
 } mep__ep_dstate_t;
 
 /* What every kernel takes (by value). */
@@ -58,19 +62,24 @@ typedef struct mep__ep_kcommon {
   int early_recv;
   /* MEP_EP_TRACE=1: %globaltimer stamps of each block of the last call
    * of each kind, [kind][MEP__EP_TRACE_BLOCKS][4] (start, waited or work
-   * done, end of the last block); mapped host memory. NULL: off. */
+   * done, end of the last block, and where a kernel has it, the block's
+   * work done after its wait); mapped host memory. NULL: off. */
   uint64_t *trace;
 } mep__ep_kcommon_t;
 
 #define MEP__EP_TRACE_BLOCKS 1024
-enum { MEP__EP_T_START, MEP__EP_T_MID, MEP__EP_T_END, MEP__EP_T_FIELDS = 4 };
+enum {
+  MEP__EP_T_START,
+  MEP__EP_T_MID,
+  MEP__EP_T_END,
+  MEP__EP_T_WORK,
+  MEP__EP_T_FIELDS
+};
 
 typedef struct mep__ep_kdisp {
   mep__ep_kcommon_t c;
   int *slots;                /* device [2][experts]: tokens sent to each
                               * expert in the call of that half */
-  unsigned long long *ready; /* device [local]: seq of the call whose
-                              * layout_range of that expert is written */
   /* send */
   const uint16_t *x;
   const int64_t *topk_idx;

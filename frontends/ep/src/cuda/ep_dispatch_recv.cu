@@ -1,14 +1,11 @@
 /* ep_dispatch_recv.cu - the dispatch kernel's receive phase (CUDA path).
  *
- * Grid: split blocks x local experts. Block 0 of an expert waits for each
- * active source's count word (a source that misses the deadline is
- * cleared in active), lays the sources out in rank order, writes
- * layout_range and recv_count and publishes them to its sibling blocks
- * (ready[el] = seq); then all blocks of the expert copy the rows out, a
- * warp per (expert, slot, chunk of the row), reading the token's row the
- * index names. A sibling only ever waits for block 0 of its own expert,
- * whose linear block index is lower (dispatched first), and that wait has
- * a deadline too. The send is in ep_dispatch_send.cu. */
+ * Grid: split blocks x local experts. Every block of an expert waits for
+ * each active source's count word (a source that misses the deadline is
+ * cleared in active) and lays the sources out in rank order; block 0
+ * writes layout_range and recv_count. Then the expert's blocks copy the
+ * rows out, a warp per (expert, slot, chunk of the row), reading the
+ * token's row the index names. The send is in ep_dispatch_send.cu. */
 #include "ep_dev.cuh"
 
 namespace mep::ep {
@@ -70,15 +67,19 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
   const int nv = recv_units(k), v0 = ch * EP_COPY_BATCH;
   const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
   const size_t row_bytes = (size_t)nv * 16;
+  const float *sc = (const float *)(data + H);
+  const int G = H / 128;
+  /* the first 32 scales' loads go out with the row's, not after its
+   * stores: one memory latency less per row */
+  const bool pre = k.fp8 && ch == 0 && !k.ue8m0;
+  float sc0 = pre && lane < G ? __ldcg(sc + lane) : 0.0f;
   ep_warp_copy<true>((uint8_t *)k.recv_x + orow * row_bytes + (size_t)v0 * 16,
                      data + (size_t)v0 * 16, cnv, lane);
   if (!k.fp8 || ch != 0) return;
-  const float *sc = (const float *)(data + H);
-  const int G = H / 128;
   if (!k.ue8m0) {
     float *o = (float *)k.recv_scales;
     for (int g = lane; g < G; g += 32)
-      o[((size_t)el * G + g) * S + row] = __ldcg(sc + g);
+      o[((size_t)el * G + g) * S + row] = pre && g == lane ? sc0 : __ldcg(sc + g);
     return;
   }
   /* ue8m0: group 4j+i's exponent byte in byte i of word j */
@@ -92,10 +93,19 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
   }
 }
 
-/* Block 0 of expert el: the counts of every source, the layout. Returns
- * the expert's total. */
+/* The counts of every source for expert el as this block sees them, in
+ * s_lr (shared, [ranks], packed as layout_range); block 0 of the expert
+ * (publish) stores them in layout_range too. Returns the expert's total.
+ * Each block reads the count words itself rather than wait for block 0
+ * to publish them: that hand-off (block 0's fence and release, the
+ * siblings' acquire and reload) sat between the last count and the first
+ * copy. The words are final once they carry seq, so every block that saw
+ * them all lays the rows out alike; a failed wait, after which views may
+ * differ, marks the call (dr_lost) and the last block redoes the copy
+ * from block 0's layout. */
 __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
-                           int el, uint64_t deadline) {
+                           int el, uint64_t deadline, int64_t *s_lr,
+                           bool publish) {
   const mep__ep_kcommon_t &c = k.c;
   const mep__ep_layout_t *L = &c.lay;
   const int R = L->ranks, T = L->tokens;
@@ -110,83 +120,82 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
       if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
+      } else {
+        *(volatile unsigned int *)&c.st->dr_lost = 1u;
       }
     }
     int excl = block_excl_scan(n, &chunk);
-    if (s < R) lr[s] = mep__ep_lr_pack((uint32_t)(running + excl), n);
+    if (s < R) {
+      int64_t v = mep__ep_lr_pack((uint32_t)(running + excl), n);
+      s_lr[s] = v;
+      if (publish) lr[s] = v;
+    }
     running += chunk;
   }
+  __syncthreads(); /* s_lr is complete */
   return running;
+}
+
+/* Warp gw of GW copies its share of expert el's rows, laid out by lr:
+ * the block's view in shared memory, or (kShared false) layout_range as
+ * other blocks wrote it. */
+template <bool kShared>
+__device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el,
+                          const int64_t *lr, int gw, int GW) {
+  const int R = k.c.lay.ranks;
+  const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
+  for (int s = 0; s < R; s++) {
+    int64_t v = kShared ? lr[s] : __ldcg(lr + s);
+    int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
+    if (n <= 0) continue;
+    /* the (row, chunk) items of the whole expert go round-robin over its
+     * warps */
+    const int64_t items = (int64_t)n * C;
+    int64_t first = ((gw - (int64_t)begin * C) % GW + GW) % GW;
+    for (int64_t j = first; j < items; j += GW)
+      recv_chunk(k, half, el, s, (int)(j / C), begin + (int)(j / C),
+                 (int)(j % C));
+  }
 }
 
 /* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c); three blocks an SM,
  * so that the grid the host sizes (a few blocks per expert) is resident
  * at once: a block that waits for the counts holds its SM, and blocks of
- * a second wave would start only after the first ones' copies. Named as
- * the send's kernel (ep_dev.cuh: kernel names). */
+ * a second wave would start only after the first ones' copies. Dynamic
+ * shared memory: the block's layout, 8 bytes per rank. Named as the
+ * send's kernel (ep_dev.cuh: kernel names). */
 template <bool kMlx5>
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     dispatch(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DR);
   const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
-  const int R = L->ranks;
-  __shared__ int s_ok;
+  const int W = blockDim.x >> 5, warp = (int)(threadIdx.x >> 5);
+  extern __shared__ int64_t s_lr[];
 
   ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
-  if (y == 0) {
-    int total = recv_layout(k, seq, half, el, deadline);
-    if (threadIdx.x == 0) {
-      k.recv_count[el] = total;
-      if (k.recv_stats) k.recv_stats[el] += total;
-    }
-    __syncthreads(); /* every layout_range store of the block is done */
-    if (threadIdx.x == 0) {
-      __threadfence();
-      asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(k.ready + el),
-                   "l"((unsigned long long)seq)
-                   : "memory");
-      s_ok = 1;
-    }
-  } else if (threadIdx.x == 0) {
-    /* block 0 may itself wait a whole timeout for a silent source */
-    uint64_t until = deadline + c.timeout_ns, now = 0;
-    uint64_t nap_from = mep_dev_now_ns() + EP_SPIN_NS;
-    unsigned long long r;
-    for (;;) {
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];"
-                   : "=l"(r)
-                   : "l"(k.ready + el)
-                   : "memory");
-      if (r >= seq || (now = mep_dev_now_ns()) > until) break;
-      if (now >= nap_from) __nanosleep(64); /* spin first: see ep_wait_word */
-    }
-    s_ok = r >= seq;
+  int total = recv_layout(k, seq, half, el, deadline, s_lr, y == 0);
+  if (y == 0 && threadIdx.x == 0) {
+    k.recv_count[el] = total;
+    if (k.recv_stats) k.recv_stats[el] += total;
   }
-  __syncthreads();
   ep_trace(c, MEP__EP_DR, MEP__EP_T_MID);
+  recv_rows<true>(k, half, el, s_lr, y * W + warp, Y * W);
+  ep_trace(c, MEP__EP_DR, MEP__EP_T_WORK);
 
-  if (s_ok) {
-    const int W = blockDim.x >> 5;
-    const int gw = y * W + (int)(threadIdx.x >> 5), GW = Y * W;
-    const int64_t *lr = k.layout_range + (size_t)el * R;
-    const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
-    for (int s = 0; s < R; s++) {
-      int64_t v = __ldcg(lr + s);
-      int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
-      if (n <= 0) continue;
-      /* the (row, chunk) items of the whole expert go round-robin over
-       * its warps */
-      const int64_t items = (int64_t)n * C;
-      int64_t first = ((gw - (int64_t)begin * C) % GW + GW) % GW;
-      for (int64_t j = first; j < items; j += GW)
-        recv_chunk(k, half, el, s, (int)(j / C), begin + (int)(j / C),
-                   (int)(j % C));
+  /* what the blocks wrote is read on this GPU, after the kernel (or here,
+   * by the last block) */
+  if (ep_last_block<true>(&c.st->done[MEP__EP_DR], gridDim.x * gridDim.y)) {
+    /* every other block is done and its writes are visible here */
+    if (*(volatile unsigned int *)&c.st->dr_lost) {
+      for (int e = 0; e < L->local; e++)
+        recv_rows<false>(k, half, e, k.layout_range + (size_t)e * L->ranks,
+                         warp, W);
+      __syncthreads();
+      if (threadIdx.x == 0) c.st->dr_lost = 0u;
     }
-  }
-
-  if (ep_last_block(&c.st->done[MEP__EP_DR], gridDim.x * gridDim.y))
     ep_finish(c, MEP__EP_DR, -1, seq);
+  }
   ep_after_send();
 }
 
@@ -196,7 +205,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
 extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
                                             void *stream) {
   dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
-  return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5), grid, k->recv_threads, 0,
+  return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5), grid,
+                   k->recv_threads, (size_t)k->c.lay.ranks * sizeof(int64_t),
                    k->c.early_recv, stream, *k);
 }
 

@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
 
   ep_trace(c, MEP__EP_DS, MEP__EP_T_MID);
   if (!ep_last_block(&c.st->done[MEP__EP_DS], gridDim.x)) return;
+  ep_trace(c, MEP__EP_DS, MEP__EP_T_WORK);
   /* every block's slots and puts are done: the counts are final, and
    * every block's writes were fenced before its count (ep_last_block),
    * which thread 0 here fenced again after seeing: the count words need

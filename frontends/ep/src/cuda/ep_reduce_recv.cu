@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 
-  if (ep_last_block(&c.st->done[MEP__EP_CR], gridDim.x))
+  /* the blocks wrote out, which is read on this GPU after the kernel */
+  if (ep_last_block<true>(&c.st->done[MEP__EP_CR], gridDim.x))
     ep_finish(c, MEP__EP_CR, -1, seq);
   ep_after_send();
 }

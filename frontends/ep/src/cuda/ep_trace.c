@@ -1,11 +1,12 @@
 /* ep_trace.c - MEP_EP_TRACE=1: where the time of a call goes inside the
  * kernels (no profiler reaches kernels that wait on another GPU). Each
  * block stamps %globaltimer at its start, when its wait or work is done,
- * and (the last block) at its end, into mapped host memory; the buffer's
+ * (where a kernel waits first) when its work after the wait is done, and
+ * (the last block) at its end, into mapped host memory; the buffer's
  * destruction prints, for the last call of each kernel, the times from
  * the first block's start to the last block's start, to the last "mid"
- * stamp and to the end, and where each kernel began against the dispatch
- * (or combine) send of the same call. */
+ * and "work done" stamps and to the end, and where each kernel began
+ * against the dispatch (or combine) send of the same call. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +47,7 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
   for (int k = 0; k < MEP__EP_KINDS; k++) {
     int n = t->blocks[k] < MEP__EP_TRACE_BLOCKS ? t->blocks[k]
                                                 : MEP__EP_TRACE_BLOCKS;
-    uint64_t s0 = UINT64_MAX, s1 = 0, mid = 0, end = 0;
+    uint64_t s0 = UINT64_MAX, s1 = 0, mid = 0, end = 0, work = 0;
     for (int b = 0; b < n; b++) {
       const uint64_t *r = t->host + ((size_t)k * MEP__EP_TRACE_BLOCKS + b) *
                                         MEP__EP_T_FIELDS;
@@ -55,18 +56,21 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
       if (r[MEP__EP_T_START] > s1) s1 = r[MEP__EP_T_START];
       if (r[MEP__EP_T_MID] > mid) mid = r[MEP__EP_T_MID];
       if (r[MEP__EP_T_END] > end) end = r[MEP__EP_T_END];
+      if (r[MEP__EP_T_WORK] > work) work = r[MEP__EP_T_WORK];
     }
     if (!s1) continue;
     first[k] = s0;
     uint64_t ref = first[k & ~1] ? first[k & ~1] : s0; /* the call's send */
     /* one write per line: the ranks share stderr */
-    char line[256];
+    char line[256], wl[48] = "";
+    if (work)
+      snprintf(wl, sizeof wl, ", last work done +%.1f", us(work, s0));
     snprintf(line, sizeof line,
              "mep_ep trace rank %d %s (%d blocks): begins %+.1f us after "
-             "the send began; last block starts +%.1f, last mid +%.1f, end "
-             "+%.1f us\n",
+             "the send began; last block starts +%.1f, last mid +%.1f%s, "
+             "end +%.1f us\n",
              rank, kind_name[k], n, us(s0, ref), us(s1, s0),
-             mid ? us(mid, s0) : 0.0, end ? us(end, s0) : 0.0);
+             mid ? us(mid, s0) : 0.0, wl, end ? us(end, s0) : 0.0);
     fputs(line, stderr);
   }
   cudaFreeHost(t->host);
