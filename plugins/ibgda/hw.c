@@ -145,13 +145,15 @@ int mep__ibgda_hw_qp_create(ibgda_ctx_t *ctx, ibgda_hwqp_t **out) {
 int mep__ibgda_hw_qp_up(ibgda_ctx_t *ctx, ibgda_hwqp_t *q, int peer,
                         const mep__rdma_qpinfo_t *t, int i) {
   const mep__rdma_dev_t *d = &ctx->dev;
-  if (t->link_layer != d->link_layer)
-    return IBGDA_ERR(ctx, MEP_ERR_UNREACHABLE, "ibgda: rank %d: rank %d's "
-                     "device is on another link layer", ctx->rank, peer);
   /* the verbs plugin's defaults: the port's MTU, ACK timeout 14 (67 ms),
    * 7 retries */
   mep__rdma_path_t p = {.timeout = 14, .retry = 7};
-  enum ibv_mtu mtu = mep__rdma_path_mtu(d, &p, t->mtu);
+  enum ibv_mtu mtu;
+  char why[96];
+  int rc = mep__rdma_rc_path(d, &p, t, &mtu, why, sizeof why);
+  if (rc)
+    return IBGDA_ERR(ctx, rc, "ibgda: rank %d: rank %d's %s", ctx->rank,
+                     peer, why);
   const char *step;
   if (mep__rdma_rc_up(d, &p, q->qp, q->psn, t, i, mtu, &step))
     return IBGDA_ERR(ctx, MEP_ERR_SYSTEM, "ibgda: rank %d: queue pair %#x "

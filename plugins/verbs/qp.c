@@ -54,15 +54,14 @@ static mep__rdma_path_t path_of(const verbs_cfg_t *c) {
 
 int mep__verbs_qp_up(verbs_ep_t *ep, const mep__rdma_qpinfo_t *t) {
   verbs_ctx_t *ctx = ep->ctx;
-  if (t->link_layer != ctx->dev.link_layer)
-    return VERBS_ERR(ctx, MEP_ERR_UNREACHABLE, "verbs: rank %d: rank %d's "
-                     "device is on another link layer (%s, this one %s)",
-                     ctx->rank, ep->rank,
-                     t->link_layer == 1 ? "InfiniBand" : "Ethernet",
-                     ctx->dev.link_layer == 1 ? "InfiniBand" : "Ethernet");
-  int nqp = t->nqp < ep->nqp_made ? t->nqp : ep->nqp_made;
   mep__rdma_path_t path = path_of(&ctx->cfg);
-  enum ibv_mtu mtu = mep__rdma_path_mtu(&ctx->dev, &path, t->mtu);
+  enum ibv_mtu mtu;
+  char why[96];
+  int rc = mep__rdma_rc_path(&ctx->dev, &path, t, &mtu, why, sizeof why);
+  if (rc)
+    return VERBS_ERR(ctx, rc, "verbs: rank %d: rank %d's %s", ctx->rank,
+                     ep->rank, why);
+  int nqp = t->nqp < ep->nqp_made ? t->nqp : ep->nqp_made;
   for (int q = 0; q < nqp; q++) {
     const char *step;
     if (mep__rdma_rc_up(&ctx->dev, &path, ep->qps[q].qp, ep->qps[q].psn, t,

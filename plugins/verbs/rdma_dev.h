@@ -72,10 +72,13 @@ typedef struct mep__rdma_path {
 /* INIT: on the device's port, with local write, remote write and (where
  * the device has them) remote atomics. 0 or -1 (errno set). */
 int mep__rdma_rc_init(const mep__rdma_dev_t *d, struct ibv_qp *qp);
-/* The path MTU towards a peer whose port offers `theirs`: the smaller of
- * the two sides' (the configured one or the port's). */
-enum ibv_mtu mep__rdma_path_mtu(const mep__rdma_dev_t *d,
-                                const mep__rdma_path_t *p, uint8_t theirs);
+/* The path towards the peer of `t`: 0 with *mtu the smaller of the two
+ * sides' MTU (the configured one or the port's), or MEP_ERR_UNREACHABLE
+ * when its device is on another link layer, `why` naming both (for the
+ * plugin's own message). */
+int mep__rdma_rc_path(const mep__rdma_dev_t *d, const mep__rdma_path_t *p,
+                      const mep__rdma_qpinfo_t *t, enum ibv_mtu *mtu,
+                      char *why, size_t len);
 /* RTR then RTS towards queue pair q of the peer's `t`, starting this
  * side's sends at my_psn: 0, or -1 with *step "RTR" or "RTS" (errno
  * set). */

@@ -1,5 +1,6 @@
 /* rdma_rc.c - an RC queue pair's steps: INIT on the port, then RTR and
  * RTS towards the peer's numbers (rdma_dev.h). */
+#include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -26,10 +27,22 @@ int mep__rdma_rc_init(const mep__rdma_dev_t *d, struct ibv_qp *qp) {
              : 0;
 }
 
-enum ibv_mtu mep__rdma_path_mtu(const mep__rdma_dev_t *d,
-                                const mep__rdma_path_t *p, uint8_t theirs) {
+/* A port's link layer (1 or 2, as in mep__rdma_dev_t), for messages. */
+static const char *link_name(uint8_t link_layer) {
+  return link_layer == 1 ? "InfiniBand" : "Ethernet";
+}
+
+int mep__rdma_rc_path(const mep__rdma_dev_t *d, const mep__rdma_path_t *p,
+                      const mep__rdma_qpinfo_t *t, enum ibv_mtu *mtu,
+                      char *why, size_t len) {
+  if (t->link_layer != d->link_layer) {
+    snprintf(why, len, "device is on another link layer (%s, this one %s)",
+             link_name(t->link_layer), link_name(d->link_layer));
+    return MEP_ERR_UNREACHABLE;
+  }
   int mine = p->mtu && p->mtu < d->mtu ? p->mtu : d->mtu;
-  return (enum ibv_mtu)(mine < theirs ? mine : theirs);
+  *mtu = (enum ibv_mtu)(mine < t->mtu ? mine : t->mtu);
+  return 0;
 }
 
 static int rtr(const mep__rdma_dev_t *d, const mep__rdma_path_t *p,
