@@ -1,7 +1,8 @@
 /*
  * test_verbs_wire - the verbs plugin's pure encoders and decoders, without
  * a device or a socket: the RDMA bootstrap's messages (handshake.h), the
- * address blob and its reachability rule, the remote key. Round trips of
+ * address blob and its reachability rule, the remote key, and the RC
+ * step's path MTU and link-layer check (rdma_rc.c). Round trips of
  * random values; then a fuzz loop per format that mutates valid bytes and
  * compares each decoder with a predicate written here from the format's
  * description alone (little-endian by arithmetic, not with the plugin's
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "handshake.h"
+#include "rdma_dev.h"
 #include "verbs.h"
 
 static int failures;
@@ -509,6 +511,51 @@ static void test_boot_addr(void) {
   }
 }
 
+/* The RC step's path (rdma_rc.c) for every MTU of the configuration (0:
+ * the port's), the port and the peer, against the rule written here: the
+ * configured MTU capped by the port's, then the smaller of the two sides';
+ * and the error, naming both layers, when the peer's port is on another
+ * link layer. */
+static void test_rc_path(void) {
+  static const char *const layer[3] = {"", "InfiniBand", "Ethernet"};
+  mep__rdma_dev_t d;
+  mep__rdma_qpinfo_t t;
+  char why[96];
+  for (int cfg = 0; cfg <= 5; cfg++)
+    for (int port = 1; port <= 5; port++)
+      for (int peer = 1; peer <= 5; peer++) {
+        memset(&d, 0, sizeof d);
+        memset(&t, 0, sizeof t);
+        d.link_layer = t.link_layer = 2;
+        d.mtu = (uint8_t)port;
+        t.mtu = (uint8_t)peer;
+        mep__rdma_path_t p = {.mtu = cfg};
+        int mine = cfg == 0 || cfg > port ? port : cfg;
+        int want = mine < peer ? mine : peer;
+        enum ibv_mtu mtu = 0;
+        int rc = mep__rdma_rc_path(&d, &p, &t, &mtu, why, sizeof why);
+        CHECK(rc == 0 && (int)mtu == want,
+              "cfg %d port %d peer %d: rc %d, MTU %d, want %d", cfg, port,
+              peer, rc, (int)mtu, want);
+      }
+  for (int mine = 1; mine <= 2; mine++) {
+    memset(&d, 0, sizeof d);
+    memset(&t, 0, sizeof t);
+    d.link_layer = (uint8_t)mine;
+    t.link_layer = (uint8_t)(3 - mine);
+    d.mtu = t.mtu = 3;
+    mep__rdma_path_t p = {0};
+    enum ibv_mtu mtu = 0;
+    char want[96];
+    snprintf(want, sizeof want,
+             "device is on another link layer (%s, this one %s)",
+             layer[3 - mine], layer[mine]);
+    int rc = mep__rdma_rc_path(&d, &p, &t, &mtu, why, sizeof why);
+    CHECK(rc == MEP_ERR_UNREACHABLE && strcmp(why, want) == 0,
+          "link layers %d and %d: rc %d, \"%s\"", mine, 3 - mine, rc, why);
+  }
+}
+
 int main(int argc, char **argv) {
   uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0)
                            : (uint64_t)time(NULL) ^ 0x5eed;
@@ -524,6 +571,7 @@ int main(int argc, char **argv) {
   test_imm();
   test_sigmsg();
   test_boot_addr();
+  test_rc_path();
   if (failures) {
     fprintf(stderr, "%d failures (seed %" PRIu64 ")\n", failures, seed);
     return 1;
