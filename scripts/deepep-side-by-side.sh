@@ -19,10 +19,10 @@
 # be built with CUDA first (tests/gpu/run.sh --build makes build-gpu, whose
 # Python packages are used), or MEP_GPU_PREBUILT names a folder built
 # elsewhere (scripts/dev/gpubin.sh; mep.ep then goes through ctypes, whose
-# eager calls cost more host time than its torch extension's). Needs 2 GPUs (--ranks, default 2), NVSHMEM
-# from pip (nvidia-nvshmem-cu12 or -cu13; DeepEP's setup finds it) and
-# rdma-core's headers (the system's, or .carry/rdma from
-# scripts/carry-rdma.sh): DeepEP includes mlx5dv.h.
+# eager calls cost more host time than its torch extension's). Needs 2
+# GPUs (--ranks, default 2), NVSHMEM from pip (nvidia-nvshmem-cu12 or
+# -cu13; DeepEP's setup finds it) and rdma-core's headers (the system's,
+# or .carry/rdma from scripts/carry-rdma.sh): DeepEP includes mlx5dv.h.
 # For hosts whose GPUs talk over NVLink only (no InfiniBand NIC), the copy
 # is relaxed as DeepEP's NVLink-only users relax it: NVSHMEM's IBGDA
 # transport stays off (its buffer.py turns it on) and the low-latency

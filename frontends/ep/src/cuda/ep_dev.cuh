@@ -232,23 +232,25 @@ __device__ __forceinline__ void ep_trace(const mep__ep_kcommon_t &c,
  * kGpuScope: a GPU-scope fence does not wait for earlier stores to reach
  * peers or the host (ep_bench on 2 H100s: about 1.5 us less per dispatch
  * receive). */
+template <bool kGpuScope>
+__device__ __forceinline__ void ep_fence(void) {
+  if (kGpuScope)
+    __threadfence();
+  else
+    __threadfence_system();
+}
+
 template <bool kGpuScope = false>
 __device__ __forceinline__ bool ep_last_block(unsigned int *done,
                                               unsigned int blocks) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (kGpuScope)
-      __threadfence();
-    else
-      __threadfence_system();
+    ep_fence<kGpuScope>();
     last = atomicAdd(done, 1u) == blocks - 1;
     if (last) {
       *(volatile unsigned int *)done = 0;
-      if (kGpuScope)
-        __threadfence();
-      else
-        __threadfence_system();
+      ep_fence<kGpuScope>();
     }
   }
   __syncthreads();
