@@ -179,6 +179,15 @@ if want ep; then
   # no NVLink between them, so the device window goes through the proxy
   t devwin-hosts-2ranks 300 env MEP_LAUNCH_HOSTS=1 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect proxy
   t ep-cuda-hosts-2ranks 300 env MEP_LAUNCH_HOSTS=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  # combine through the proxy in both modes, whatever the rule picks
+  # (reduce needs 3 local experts: the sweep's smaller shapes push), a
+  # fault and back-to-back calls in reduce mode, and a group with mapped
+  # and proxied peers at once (two hosts of two ranks each)
+  t ep-cuda-hosts-2ranks-reduce 300 env MEP_LAUNCH_HOSTS=1 MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  t ep-cuda-hosts-2ranks-push 300 env MEP_LAUNCH_HOSTS=1 MEP_EP_COMBINE_REDUCE=0 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  t ep-cuda-tcp-3ranks-reduce-fault 120 env MEP_TRANSPORTS=tcp MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
+  t ep-cuda-tcp-2ranks-reduce-repeat 120 env MEP_TRANSPORTS=tcp MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
+  t ep-cuda-2hosts-4ranks-reduce 400 env MEP_LAUNCH_RANKS_PER_HOST=2 MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
   # ibgda over the software model of the NIC between two such hosts:
   # ibgda,nvlink picks ibgda, and kernels post the mlx5 WQEs themselves
   # (kind mlx5); within one host nvlink's mapped kind wins though listed

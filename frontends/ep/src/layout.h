@@ -34,7 +34,9 @@
  *    index after the layout, ep_host.h), combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
  *    proxied (or CPU-path) send reads from, and (device part) where mapped
- *    peers pull expert outputs from.
+ *    peers pull expert outputs from; in reduce mode, whose rows need no
+ *    stage, the host part's holds what goes to proxied ranks instead
+ *    (mep__ep_red_pstage, mep__ep_red_wstage).
  * [2]: calls alternate between two halves (seq & 1), so back-to-back calls
  * need no cleaning; seq counts dispatch calls and combine calls apart,
  * from 1. */
@@ -210,6 +212,29 @@ MEP_EP_HD uint64_t mep__ep_comb_stage(const mep__ep_layout_t *l,
                                       int local_expert, int row) {
   uint64_t i = (uint64_t)local_expert * l->ranks * l->tokens + row;
   return l->comb_stage + i * 2 * (uint64_t)l->hidden;
+}
+
+/* Reduce mode through the proxy (CUDA path, ep_reduce_send.cu): what a
+ * send puts to a proxied rank waits in this rank's host part, inside its
+ * combine stage, which reduce mode leaves unused: partial sums for rank
+ * s's token t at [s][t] (H floats), then the weight words for rank q at
+ * [q][t][MEP_EP_STAGE_TOPK], laid out as q's comb_wts of this rank so
+ * that one put carries them. It fits where
+ * local * 2H >= 4H + MEP_EP_STAGE_TOPK * 8, i.e. from 3 local experts. */
+MEP_EP_HD int mep__ep_red_stage_fits(const mep__ep_layout_t *l) {
+  uint64_t H = (uint64_t)l->hidden;
+  return (uint64_t)l->local * 2 * H >= 4 * H + MEP_EP_STAGE_TOPK * 8;
+}
+MEP_EP_HD uint64_t mep__ep_red_pstage(const mep__ep_layout_t *l, int dst,
+                                      int token) {
+  uint64_t i = (uint64_t)dst * l->tokens + token;
+  return l->comb_stage + i * 4 * (uint64_t)l->hidden;
+}
+MEP_EP_HD uint64_t mep__ep_red_wstage(const mep__ep_layout_t *l, int dst,
+                                      int token, int k) {
+  uint64_t parts = (uint64_t)l->ranks * l->tokens * 4 * l->hidden;
+  uint64_t i = ((uint64_t)dst * l->tokens + token) * MEP_EP_STAGE_TOPK + k;
+  return l->comb_stage + parts + i * 8;
 }
 
 /* The 64-bit signal words. */

@@ -121,6 +121,41 @@ int mep__ep_win_has_mlx5(const mep_devwin_t *win, int size) {
   return 0;
 }
 
+/* Reduce mode (ep_cuda.h) takes mapped and proxied peers: a proxied
+ * one's sums and weights wait in the host part's combine stage, which
+ * needs 3 local experts or more (layout.h). Not with MEP_DEV_MLX5 peers,
+ * whose kernels post their own requests: not written for them. It
+ * changes what every rank sends, so the ranks agree: the layout, the
+ * environment and whether the group has a host part are alike on every
+ * rank, but only a rank with a MEP_DEV_MLX5 peer knows it has one (a
+ * minimum over the group, when there is a host part at all).
+ * MEP_EP_COMBINE_REDUCE: 0 never, 1 always, unset by the rule in
+ * mep__ep_cuda_combine. Clears cu->reduce where it cannot be. */
+static int may_reduce(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
+  if (!cu->reduce || !cu->has_proxy) return 0;
+  const char *no = NULL;
+  if (!mep__ep_red_stage_fits(&b->lay)) {
+    no = "some pair of ranks goes through the proxy, which needs 3 local "
+         "experts or more";
+  } else {
+    int32_t mine = !cu->has_mlx5, all = 0;
+    mep_req_t *req = NULL;
+    int rc = mep_allreduce(b->comm, &mine, &all, 1, MEP_INT32, MEP_MIN, &req);
+    if (!rc && req) rc = mep_req_wait(req, mep_comm_timeout_ms(b->comm));
+    mep_req_free(req);
+    if (rc < 0)
+      return mep_set_error(rc, 1, "mep_ep_buffer_create on rank %d: "
+                           "agreeing on the combine's mode", b->rank);
+    if (!all) no = "some pair of ranks goes through ibgda (MEP_DEV_MLX5)";
+  }
+  if (!no) return 0;
+  if (cu->reduce == 2 && mep_log_get_level() >= MEP_LOG_WARN)
+    fprintf(stderr, "mep_ep_buffer_create on rank %d: "
+            "MEP_EP_COMBINE_REDUCE=1 is ignored: %s\n", b->rank, no);
+  cu->reduce = 0;
+  return 0;
+}
+
 int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   struct mep__ep_cuda *cu = calloc(1, sizeof *cu);
   if (!cu)
@@ -160,23 +195,14 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
    * host part over PCIe too: over the model of the NIC that made a
    * combine 30 times slower (docs/ibgda.md). No early receive then. */
   if (cu->has_mlx5) cu->early_recv = 0;
-  /* Reduce mode (ep_cuda.h) needs every pair of ranks mapped, which the
-   * window says alike on every rank. MEP_EP_COMBINE_REDUCE: 0 never, 1
-   * always, unset by the rule in mep__ep_cuda_combine. */
   const char *red = getenv("MEP_EP_COMBINE_REDUCE");
   cu->reduce = mep__ep_env_off("MEP_EP_COMBINE_REDUCE") ? 0
                : red && strcmp(red, "1") == 0  ? 2
                                                : 1;
-  if (cu->has_proxy && cu->reduce) {
-    if (cu->reduce == 2 && mep_log_get_level() >= MEP_LOG_WARN)
-      fprintf(stderr, "mep_ep_buffer_create on rank %d: "
-              "MEP_EP_COMBINE_REDUCE=1 is ignored: some pair of ranks "
-              "goes through the proxy\n", b->rank);
-    cu->reduce = 0;
-  }
+  rc = may_reduce(b, cu);
   cu->comb_buf = (uint8_t *)mep_devwin_dev_base(cu->win) + b->lay.comb_stage;
   (void)mep__ep_trace_init(&cu->trace);
-  rc = alloc_state(b, cu);
+  if (!rc) rc = alloc_state(b, cu);
   if (!rc) rc = alloc_active(b);
   /* the state's memset ran on the legacy stream, which the caller's
    * non-blocking streams do not wait for */

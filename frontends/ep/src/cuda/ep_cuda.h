@@ -43,6 +43,9 @@ typedef struct mep__ep_dstate {
    * deadline): its blocks' views of the counts may differ, and the last
    * block lays the rows out again from block 0's (ep_dispatch_recv.cu). */
   unsigned int dr_lost;
+  /* Reduce-mode send blocks done publishing the weights: the last one
+   * puts them to proxied ranks (ep_reduce_send.cu). */
+  unsigned int pub_done;
 } mep__ep_dstate_t;
 
 /* What every kernel takes (by value). */
@@ -112,7 +115,8 @@ typedef struct mep__ep_kcomb {
    * are its; the receive reads mapped peers' rows there and ends only once
    * they have read this rank's */
   int pull;
-  /* reduce mode (no proxy in the window; top-k > 2 x ranks, or
+  /* reduce mode (no MEP_DEV_MLX5 peer, and 3 local experts or more
+   * where a peer is proxied; top-k > 2 x ranks, or
    * MEP_EP_COMBINE_REDUCE=1; ep_reduce_send.cu): each rank sums the
    * rows of its experts per token, weighted, and sends that one float
    * row instead of one bf16 row per expert */

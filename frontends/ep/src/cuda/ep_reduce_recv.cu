@@ -2,7 +2,8 @@
  * (ep_reduce_send.cu says what reduce mode is and what the send leaves).
  *
  * A block per token at a time, started while the send runs: waits for the
- * flags of the token's ranks, adds up their sums (rank order) and rounds
+ * flags of the token's ranks (a proxied rank's end-of-send flag: it
+ * raises no flag per token), adds up their sums (rank order) and rounds
  * to bf16 once; at the end it waits for every live rank's end-of-send
  * flag (ep_reduce_send.cu: why). */
 #include <cuda_bf16.h>
@@ -54,8 +55,9 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     if ((int)threadIdx.x < s_nr) {
       const int r = s_rank[threadIdx.x];
       uint64_t word;
-      const uint64_t *f =
-          (const uint64_t *)(w->dev_base + mep__ep_comb_tflag(L, half, r, t));
+      const uint64_t *f = (const uint64_t *)mep_dev_src(
+          w, r, w->kind[r] == MEP_DEV_PTR ? mep__ep_comb_tflag(L, half, r, t)
+                                          : mep__ep_comb_pflag(L, half, r));
       s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
     }
     __syncthreads(); /* the flags' acquires precede every read of a sum */
@@ -65,9 +67,9 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int i = 0; i < s_nr; i++) {
         if (!s_ok[i]) continue;
-        const float4 *p = (const float4 *)(w->dev_base +
-                                           mep__ep_comb_part(L, half,
-                                                             s_rank[i], t)) +
+        const int r = s_rank[i];
+        const float4 *p = (const float4 *)mep_dev_src(
+                              w, r, mep__ep_comb_part(L, half, r, t)) +
                           (size_t)q * 2;
         const float4 a = __ldcg(p), b = __ldcg(p + 1);
         acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     uint64_t word;
     if (!ep_live(c, r)) continue;
     const uint64_t *f =
-        (const uint64_t *)(w->dev_base + mep__ep_comb_pflag(L, half, r));
+        (const uint64_t *)mep_dev_src(w, r, mep__ep_comb_pflag(L, half, r));
     (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
   }
 

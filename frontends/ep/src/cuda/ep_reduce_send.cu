@@ -8,11 +8,11 @@
  * weighted sum in float 4H, half as much; the link's rate sets combine's
  * time at large hidden sizes (docs/perf.md). It costs a hop more: the
  * weights must reach the experts' ranks first. ep_cuda.c picks it for
- * buffers whose peers are all mapped (no proxy) when a token has more
- * than two experts per rank on average (top-k > 2 x ranks), or always
- * with MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice.
- * Every peer is then MEP_DEV_PTR: the signals are compiled without the
- * MLX5 branches (win.cuh: kMlx5).
+ * buffers without MEP_DEV_MLX5 peers when a token has more than two
+ * experts per rank on average (top-k > 2 x ranks), or always with
+ * MEP_EP_COMBINE_REDUCE=1. Every rank must make the same choice. No peer
+ * is then MEP_DEV_MLX5: the kernels are compiled without those branches
+ * (win.cuh: kMlx5).
  *
  * The send's first few blocks publish first: this rank's tokens' (expert,
  * weight) pairs go to every live rank, itself included (the expert's rank
@@ -25,6 +25,17 @@
  * in the order of t's top-k list; the sum goes into s's partial area and
  * t's flag there is raised; at the end each source gets one more flag
  * (the last of its blocks raises it).
+ *
+ * A rank reached through the proxy gets the same bytes by puts from
+ * this rank's host part (layout.h: mep__ep_red_pstage, _wstage): the
+ * weights in one put, the last publishing block's, whose signal is the
+ * count word; each partial sum in a put of its own as soon as it is
+ * staged (consecutive tokens go to consecutive rows, which the proxy
+ * merges into one message; one put per run of tokens at the send's end
+ * measured slower: the network then waits for the last sum); no
+ * per-token flag, as its receive waits for the end-of-send flag, which
+ * follows every put in the proxy's order. The stages are gated as push
+ * mode's are (the combine kind's mark).
  *
  * The receive (ep_reduce_recv.cu) waits for that last flag of every live
  * rank at its end. That keeps the halves safe for back-to-back calls: a
@@ -80,18 +91,19 @@ __device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
 /* Block b of the first P (RED_PUBLISH_BLOCKS, or the grid if smaller):
  * its share of the publish. */
 __device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
-                                            int P, uint64_t seq) {
+                                            int P, uint64_t seq,
+                                            uint64_t deadline) {
   const mep__ep_kcommon_t &c = k.c;
   const mep__ep_layout_t *L = &c.lay;
   const mep_dev_win_t *w = c.win;
   const int half = (int)(seq & 1);
   const int R = L->ranks, K = k.num_topk, n = k.num_tokens, nl = L->local;
   const int64_t per = (int64_t)n * K;
+  const uint64_t count = mep__ep_word(seq, (uint32_t)n);
   if (b == 0)
     for (int q = threadIdx.x; q < R; q += blockDim.x)
-      if (ep_live(c, q))
-        red_store(mep_dev_dst(w, q, mep__ep_comb_wflag(L, half, c.rank), 0),
-                  mep__ep_word(seq, (uint32_t)n));
+      if (ep_live(c, q) && w->kind[q] == MEP_DEV_PTR)
+        red_store(w->peer[q] + mep__ep_comb_wflag(L, half, c.rank), count);
   for (int64_t i = (int64_t)b * blockDim.x + threadIdx.x; i < per * R;
        i += (int64_t)P * blockDim.x) {
     const int q = (int)(i / per);
@@ -99,11 +111,24 @@ __device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
     if (!ep_live(c, q)) continue;
     const int64_t e = k.topk_idx[tj] - (int64_t)q * nl;
     const uint32_t slot = e >= 0 && e < nl ? (uint32_t)e + 1 : 0;
-    red_store(mep_dev_dst(w, q,
-                          mep__ep_comb_wts(L, half, c.rank, (int)(tj / K),
-                                           (int)(tj % K)),
-                          0),
+    const int t = (int)(tj / K), j = (int)(tj % K);
+    red_store(mep_dev_dst(w, q, mep__ep_comb_wts(L, half, c.rank, t, j),
+                          mep__ep_red_wstage(L, q, t, j)),
               red_word(seq, slot, k.topk_weights[tj]));
+  }
+  if (!c.has_proxy) return;
+  /* the proxied ranks' words, once every publishing block staged its
+   * share: one put each, and the count word after it */
+  __threadfence_system();
+  if (!ep_last_block(&c.st->pub_done, (unsigned)P)) return;
+  for (int q = threadIdx.x; q < R; q += blockDim.x) {
+    if (!ep_live(c, q) || w->kind[q] == MEP_DEV_PTR) continue;
+    const uint64_t at = mep__ep_comb_wts(L, half, c.rank, 0, 0);
+    if (n > 0)
+      (void)mep_dev_put<false>(w, q, at, mep__ep_red_wstage(L, q, 0, 0),
+                               (uint64_t)n * MEP_EP_STAGE_TOPK * 8, deadline);
+    (void)mep_dev_signal<false>(w, q, mep__ep_comb_wflag(L, half, c.rank),
+                                count, deadline);
   }
 }
 
@@ -115,7 +140,8 @@ __device__ __forceinline__ bool red_wait_weight(const mep__ep_kcomb_t &k,
                                                 uint64_t deadline,
                                                 uint64_t *v) {
   const mep__ep_kcommon_t &c = k.c;
-  const uint8_t *p = c.win->dev_base + mep__ep_comb_wts(&c.lay, half, s, t, j);
+  const uint8_t *p =
+      mep_dev_src(c.win, s, mep__ep_comb_wts(&c.lay, half, s, t, j));
   const uint64_t tag = red_tag(seq);
   for (;;) {
     *v = red_load(p);
@@ -151,10 +177,15 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int b = blockIdx.y * gridDim.x + blockIdx.x;
   const int P = min(RED_PUBLISH_BLOCKS, (int)(gridDim.x * gridDim.y));
-  if (b < P) red_publish(k, b, P, seq);
+  if (c.has_proxy) { /* before this block writes the host part's stages */
+    if (threadIdx.x == 0) ep_stage_gate<false>(c, 1, deadline);
+    __syncthreads();
+  }
+  if (b < P) red_publish(k, b, P, seq, deadline);
   const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
+  const bool proxied = w->kind[s] != MEP_DEV_PTR;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int W = blockDim.x >> 5;
   __shared__ int s_n;
@@ -167,8 +198,8 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     int n = -1;
     uint64_t word;
     if (ep_live(c, s)) {
-      const uint64_t *f =
-          (const uint64_t *)(w->dev_base + mep__ep_comb_wflag(L, half, s));
+      const uint64_t *f = (const uint64_t *)mep_dev_src(
+          w, s, mep__ep_comb_wflag(L, half, s));
       if (ep_wait_word(f, seq, c.active, s, deadline, &word))
         n = (int)(uint32_t)word < T ? (int)(uint32_t)word : T;
     }
@@ -207,8 +238,9 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     /* a token none of whose experts is here gets no partial sum: its
      * rank does not wait for one (the same test on its topk_idx) */
     if (s_any) {
-      float *dst = (float *)mep_dev_dst(
-          w, s, mep__ep_comb_part(L, half, c.rank, t), 0);
+      const uint64_t at = mep__ep_comb_part(L, half, c.rank, t);
+      const uint64_t stage = mep__ep_red_pstage(L, s, t);
+      float *dst = (float *)mep_dev_dst(w, s, at, stage);
       for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         ep_weighted_sum8(s_row, s_w, K, q, acc);
@@ -216,11 +248,17 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
         o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
       }
+      if (proxied) __threadfence_system(); /* each writer: win.cuh */
       __syncthreads();
-      if (threadIdx.x == 0)
-        (void)mep_dev_signal<false>(
-            w, s, mep__ep_comb_tflag(L, half, c.rank, t),
-            mep__ep_word(seq, 1), deadline);
+      if (threadIdx.x == 0) {
+        if (proxied)
+          (void)mep_dev_put<false>(w, s, at, stage, 4 * (uint64_t)H,
+                                   deadline);
+        else
+          (void)mep_dev_signal<false>(
+              w, s, mep__ep_comb_tflag(L, half, c.rank, t),
+              mep__ep_word(seq, 1), deadline);
+      }
     }
     __syncthreads(); /* s_row, s_any are rewritten for the next token */
   }
@@ -239,7 +277,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     }
   }
   if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
-    ep_finish(c, MEP__EP_CS, -1, seq);
+    ep_finish(c, MEP__EP_CS, 1, seq);
 }
 
 } // namespace
