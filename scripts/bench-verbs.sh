@@ -18,13 +18,24 @@
 # VM of scripts/rdma-vm.sh (rxe0, GID index 1): a software device under
 # emulation, whose absolute numbers mean little; the ratios are the result.
 # Usage: scripts/bench-verbs.sh [REPEAT]     (after scripts/setup.sh)
+#        scripts/bench-verbs.sh --latency [REPEAT [ITERS]]
+# --latency: the 8-byte round trip alone, for measuring changes to it:
+# ib_write_lat, verbs_floor's WRITE with immediate and mep-plugin-check
+# --bench (its bandwidth part cut to one small batch), interleaved, REPEAT
+# times (default 15) of ITERS round trips each (default 3000); prints the
+# medians, every sample and the ratios. BASE_DIR (optional): a second
+# build tree (a copy of the build before a change) whose mep-plugin-check
+# and plugin are measured in the same loop, for a before/after in one run.
 # BUILD_DIR: the build tree to measure (default build).
 set -euo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
-repeat=${1:-5}
+mode=all
+if [ "${1:-}" = --latency ]; then mode=latency; shift; fi
+if [ $mode = latency ]; then repeat=${1:-15}; iters=${2:-3000}; else repeat=${1:-5}; fi
 if [ "${RUN_VM_INSIDE:-0}" != 1 ] && ! ls /sys/class/infiniband/* >/dev/null 2>&1; then
   export RUN_VM_INSIDE=1
+  if [ $mode = latency ]; then exec scripts/rdma-vm.sh "$0" --latency "$repeat" "$iters"; fi
   exec scripts/rdma-vm.sh "$0" "$repeat"
 fi
 dev=${BENCH_DEVICE:-$(ls /sys/class/infiniband | head -1)}
@@ -49,6 +60,38 @@ perftest() {
   wait "$srv" || true
 }
 
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+
+if [ $mode = latency ]; then
+  lat() { # CHECK PLUGIN: mep-plugin-check's median round trip
+    "$1" --bench --quick --iters "$iters" --iters-bw 1 "$2" |
+      awk '$1 == "latency" {print $4}'
+  }
+  base=${BASE_DIR:-}
+  pl=(); f3=(); ml=(); mz=()
+  for ((i = 0; i < repeat; i++)); do
+    pl+=("$(perftest ib_write_lat -s 8 -n "$iters" | awk '{print 2 * $5}')")
+    f3+=("$("$floor" 3 "$iters" "$dev" "$gid")")
+    ml+=("$(lat "$check" "$verbs")")
+    if [ -n "$base" ]; then
+      mz+=("$(lat "$base/tools/plugin-check/mep-plugin-check" \
+        "$base/plugins/verbs/libmep-transport-verbs.so")")
+    fi
+  done
+  PL=$(printf '%s\n' "${pl[@]}" | median); F3=$(printf '%s\n' "${f3[@]}" | median)
+  ML=$(printf '%s\n' "${ml[@]}" | median)
+  echo "| 8 B round trip (us, median of $repeat x $iters) | mep put+signal | ib_write_lat -s 8 (2 x typical) | verbs_floor, 1 WRITE with imm. | mep/perftest | mep/floor | floor/perftest |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  echo "| $bd | $ML | $PL | $F3 | $(ratio "$ML" "$PL") | $(ratio "$ML" "$F3") | $(ratio "$F3" "$PL") |"
+  if [ -n "$base" ]; then
+    MZ=$(printf '%s\n' "${mz[@]}" | median)
+    echo "| $base (BASE_DIR) | $MZ | $PL | $F3 | $(ratio "$MZ" "$PL") | $(ratio "$MZ" "$F3") | $(ratio "$F3" "$PL") |"
+  fi
+  echo
+  echo "samples, in run order: mep ${ml[*]} us;${base:+ BASE_DIR mep ${mz[*]} us;} ib_write_lat ${pl[*]} us; verbs_floor WRITE with immediate ${f3[*]} us"
+  exit 0
+fi
+
 pl=(); pb=(); ml=(); mb=(); f1=(); f2=(); f3=(); mo=()
 for ((i = 0; i < repeat; i++)); do
   pl+=("$(perftest ib_write_lat -s 8 -n 5000 | awk '{print 2 * $5}')")
@@ -66,7 +109,6 @@ PL=$(printf '%s\n' "${pl[@]}" | median); PB=$(printf '%s\n' "${pb[@]}" | median)
 ML=$(printf '%s\n' "${ml[@]}" | median); MB=$(printf '%s\n' "${mb[@]}" | median)
 F1=$(printf '%s\n' "${f1[@]}" | median); F2=$(printf '%s\n' "${f2[@]}" | median)
 MO=$(printf '%s\n' "${mo[@]}" | median); F3=$(printf '%s\n' "${f3[@]}" | median)
-ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
 cat <<TABLE
 | measure | mep verbs | perftest on $dev | ratio | target |
 | --- | --- | --- | --- | --- |

@@ -59,17 +59,28 @@ static void ping(bench_t *b, uint64_t round) {
   pc_signal(s, &b->rctl, PC_W_PING, round, MEP_SIGNAL_SET);
 }
 
+/* Rank 0 stamps each round once, right after its ping, as ib_write_lat
+ * stamps each iteration: a round trip is the time from one stamp to the
+ * next, the whole loop included, and the clock is read while the ping
+ * travels, not between an answer and the next ping. Rank 1 reads no
+ * clock. */
 static void latency(bench_t *b) {
   int iters = b->w->opts->iters;
   int64_t *rtt = malloc((size_t)iters * sizeof *rtt);
   if (!rtt) pc_fail("out of memory for %d samples", iters);
+  int64_t start = 0;
   for (uint64_t i = 1; i <= (uint64_t)(PC_WARMUP + iters); i++) {
-    int64_t t0 = pc_now_ns();
-    if (b->w->rank == 0) ping(b, i);
+    if (b->w->rank == 0) {
+      ping(b, i);
+      int64_t now = pc_now_ns();
+      if (i > PC_WARMUP + 1) rtt[i - PC_WARMUP - 2] = now - start;
+      start = now;
+    }
     pc_wait_word(b->s, &b->ctl, PC_W_PING, i, "the ping-pong's answer");
     if (b->w->rank == 1) ping(b, i);
-    if (i > PC_WARMUP) rtt[i - PC_WARMUP - 1] = pc_now_ns() - t0;
   }
+  /* the last round ends with its answer */
+  if (b->w->rank == 0) rtt[iters - 1] = pc_now_ns() - start;
   pc_wait_all(b->s, "the ping-pong's writes");
   if (b->w->rank == 0) {
     qsort(rtt, (size_t)iters, sizeof *rtt, cmp_i64);
