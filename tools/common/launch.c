@@ -22,8 +22,8 @@ static int child(const mep_launch_opts_t *o, int rank, int port,
                  mep_launch_fn fn, void *arg) {
   /* MEP_LAUNCH_HOSTS=1: each rank a host of its own (its MEP_HOST_ID), so
    * that ranks of one machine reach each other as across hosts;
-   * MEP_LAUNCH_RANKS_PER_HOST=M: ranks M apart share one (0..M-1 the
-   * first), so a group has mapped peers and peers across hosts at once */
+   * MEP_LAUNCH_RANKS_PER_HOST=M: M consecutive ranks to a host (0..M-1
+   * the first), so a group has peers in its host and across hosts at once */
   const char *hosts = getenv("MEP_LAUNCH_HOSTS");
   const char *per = getenv("MEP_LAUNCH_RANKS_PER_HOST");
   int m = hosts && !strcmp(hosts, "1") ? 1 : per ? atoi(per) : 0;
