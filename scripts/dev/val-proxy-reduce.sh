@@ -7,7 +7,8 @@
 #   --bench A B the ep_bench A/B as two hosts and over NVLink
 #               (scripts/dev/ab-ep.sh), then scripts/bench-ep.py --hosts on
 #               A and B
-# Output under ${OUT:-/tmp/mep-val}.
+# Both folders need the Python package (gpubin.sh copies it from a build
+# with the c10d backend). Output under ${OUT:-/tmp/mep-val}.
 # Usage: scripts/dev/val-proxy-reduce.sh --tests B | --bench A B
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
@@ -17,19 +18,16 @@ mkdir -p "$OUT"
 case ${1:-} in
 --tests)
   b=$2
-  export ONLY; ONLY=$(echo ep-cuda-hosts-2ranks ep-cuda-hosts-2ranks-reduce ep-cuda-tcp-3ranks-reduce-fault \
+  ONLY=$(echo ep-cuda-hosts-2ranks ep-cuda-hosts-2ranks-reduce ep-cuda-tcp-3ranks-reduce-fault \
         ep-cuda-tcp-2ranks-reduce-repeat ep-cuda-2hosts-4ranks-reduce ep-cuda-tcp-2ranks \
         ep-cuda-tcp-3ranks-fault ep-cuda-2ranks-reduce ep-cuda-3ranks-reduce-fault \
         ep-cuda-hosts-2ranks-push ep-cuda-tcp-2ranks-repeat ep-cuda-2ranks-push \
         devwin-hosts-2ranks) MEP_GPU_PREBUILT=$b tests/gpu/run.sh --ep
   rc=$?
-  if command -v cuobjdump >/dev/null; then
-    for f in "$b"/frontends/ep/libmep-ep.so.0.1.0; do
-      cuobjdump --dump-resource-usage "$f" 2>/dev/null |
-        grep -A1 -E "Function .*(combine|dispatch)" | grep -o "Function [^:]*\|REG:[0-9]* STACK:[0-9]*" |
-        paste - - | sort -u | head -20
-    done
-  fi
+  command -v cuobjdump >/dev/null &&
+    cuobjdump --dump-resource-usage "$b/frontends/ep/libmep-ep.so.0.1.0" 2>/dev/null |
+    grep -A1 -E "Function .*(combine|dispatch)" | grep -o "Function [^:]*\|REG:[0-9]* STACK:[0-9]*" |
+    paste - - | sort -u | head -20
   exit $rc ;;
 --bench)
   a=$2 b=$3
