@@ -232,9 +232,8 @@ MEP_EP_HD uint64_t mep__ep_red_pstage(const mep__ep_layout_t *l, int dst,
 }
 MEP_EP_HD uint64_t mep__ep_red_wstage(const mep__ep_layout_t *l, int dst,
                                       int token, int k) {
-  uint64_t parts = (uint64_t)l->ranks * l->tokens * 4 * l->hidden;
   uint64_t i = ((uint64_t)dst * l->tokens + token) * MEP_EP_STAGE_TOPK + k;
-  return l->comb_stage + parts + i * 8;
+  return mep__ep_red_pstage(l, l->ranks, 0) + i * 8; /* after the sums */
 }
 
 /* The 64-bit signal words. */

@@ -139,10 +139,7 @@ static int may_reduce(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
          "experts or more";
   } else {
     int32_t mine = !cu->has_mlx5, all = 0;
-    mep_req_t *req = NULL;
-    int rc = mep_allreduce(b->comm, &mine, &all, 1, MEP_INT32, MEP_MIN, &req);
-    if (!rc && req) rc = mep_req_wait(req, mep_comm_timeout_ms(b->comm));
-    mep_req_free(req);
+    int rc = mep_allreduce(b->comm, &mine, &all, 1, MEP_INT32, MEP_MIN, NULL);
     if (rc < 0)
       return mep_set_error(rc, 1, "mep_ep_buffer_create on rank %d: "
                            "agreeing on the combine's mode", b->rank);
