@@ -21,6 +21,12 @@ const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS] = {
     {"nodelay", MEP_TP_CFG_BOOL, 0, 0, "1", NULL,
      "1 turns off Nagle's algorithm, so small messages such as signals "
      "leave at once instead of waiting to be batched."},
+    {"send_thread", MEP_TP_CFG_CHOICE, 0, 0, "auto", "auto|off|on",
+     "on: large writes (64 KiB or more queued on a socket) are sent by a "
+     "thread of the plugin's own, so the progress thread receives and "
+     "reduces meanwhile; off: the thread that queues a write sends it. "
+     "auto: on in a group of 3 ranks or more where the process may run "
+     "on 4 CPUs or more."},
 };
 
 /* The core checked every value against the table above when it loaded
@@ -35,11 +41,12 @@ int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
     return MEP_ERR_ABI;
   }
   memset(cfg, 0, sizeof *cfg);
-  int64_t lo, hi, nsock, retries, nodelay;
+  int64_t lo, hi, nsock, retries, nodelay, send_thread;
   int rc = env->cfg_range(env, "port_range", &lo, &hi);
   if (!rc) rc = env->cfg_int(env, "sockets_per_peer", &nsock);
   if (!rc) rc = env->cfg_int(env, "connect_retries", &retries);
   if (!rc) rc = env->cfg_int(env, "nodelay", &nodelay);
+  if (!rc) rc = env->cfg_int(env, "send_thread", &send_thread);
   if (rc) return rc;
   const char *ifname = env->cfg_str(env, "ifname");
   if (strlen(ifname) >= sizeof cfg->ifname) {
@@ -53,5 +60,6 @@ int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
   cfg->nsock = (int)nsock;
   cfg->retries = (int)retries;
   cfg->nodelay = (int)nodelay;
+  cfg->send_thread = (int)send_thread;
   return 0;
 }

@@ -91,7 +91,10 @@ void mep__tcp_reap(tcp_ctx_t *ctx) {
     tcp_peer_t *p = ctx->peers[r];
     if (!p) continue;
     pthread_mutex_lock(&p->mu);
-    if (p->dead && p->fds_open) {
+    if (p->dead && p->fds_open && mep__tcp_tx_busy(p)) {
+      /* the sender thread may be about to use an fd: next time */
+      __atomic_store_n(&ctx->reap, 1, __ATOMIC_RELEASE);
+    } else if (p->dead && p->fds_open) {
       for (int i = 0; i < ctx->cfg.nsock; i++) {
         if (p->socks[i].fd >= 0) close(p->socks[i].fd);
         p->socks[i].fd = -1;
@@ -118,6 +121,7 @@ static void lazy_unlink(tcp_ctx_t *ctx, tcp_peer_t *p) {
  * the regions imported through it. */
 static void release(tcp_peer_t *p) {
   tcp_ctx_t *ctx = p->ctx;
+  mep__tcp_tx_quiesce(p);
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < ctx->cfg.nsock; i++) {
     tcp_sock_t *s = &p->socks[i];

@@ -3,7 +3,8 @@
  *
  * One context per communicator: a listening socket on the configured
  * interface, k sockets per peer, an epoll set that poll() drives without
- * blocking and that the core may sleep on (props.event_fd). No threads.
+ * blocking and that the core may sleep on (props.event_fd). One thread of
+ * its own at most: the sender thread of large writes (sender.c).
  */
 #include <arpa/inet.h>
 #include <stddef.h>
@@ -58,6 +59,7 @@ static uint64_t new_incarnation(const tcp_ctx_t *ctx) {
 static int tcp_fini(mep_tp_ctx_t *ctxp) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
+  if (ctx->tx_started) mep__tcp_tx_stop(ctx);
   mep__tcp_hs_free_all(ctx);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
     if (ctx->peers[r]) mep__tcp_peer_free(ctx->peers[r]);
@@ -122,6 +124,10 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
     rc = TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: init: out of memory for %d peers",
                  env->size);
   if (!rc) rc = ctx_open(ctx);
+  if (!rc) {
+    ctx->tx_started = 1;
+    rc = mep__tcp_tx_start(ctx);
+  }
   if (rc) {
     tcp_fini(ctx);
     return rc;

@@ -6,6 +6,9 @@
  * queue was empty; what the kernel does not take stays queued and poll()
  * finishes it on EPOLLOUT, which is armed only while a queue is non-empty.
  * A write's token completes once its last byte went to the kernel.
+ * Where the plugin has a sender thread, a queue of TCP_TX_HANDOFF bytes or
+ * more, or one the kernel did not take at once, is handed to it instead
+ * (sender.c), and EPOLLOUT is never armed.
  *
  * A small write (TCP_LAZY_WRITE) is deferred instead: it waits in its
  * queue, marked lazy, so that the signal that usually follows leaves with
@@ -22,8 +25,6 @@
 #include <sys/uio.h>
 
 #include "tcp.h"
-
-#define TCP_MAX_IOV 64
 
 static void item_done(tcp_peer_t *p, tcp_item_t *it, int status, int report) {
   if (!it->is_write) return;
@@ -44,7 +45,7 @@ static uint64_t item_total(const tcp_item_t *it) {
 }
 
 /* Fills iov from the queue head; returns the count. */
-static int gather(const tcp_sock_t *s, struct iovec *iov) {
+int mep__tcp_gather(const tcp_sock_t *s, struct iovec *iov) {
   int n = 0;
   for (const tcp_item_t *it = s->head; it && n + 2 <= TCP_MAX_IOV;
        it = it->next) {
@@ -60,7 +61,7 @@ static int gather(const tcp_sock_t *s, struct iovec *iov) {
 }
 
 /* Retires the first `n` sent bytes of the queue. */
-static void advance(tcp_sock_t *s, uint64_t n) {
+void mep__tcp_advance(tcp_sock_t *s, uint64_t n) {
   s->queued -= n;
   while (n) {
     tcp_item_t *it = s->head;
@@ -82,14 +83,15 @@ static void advance(tcp_sock_t *s, uint64_t n) {
 static int flush(tcp_sock_t *s) {
   struct iovec iov[TCP_MAX_IOV];
   while (s->head && !s->tx_err) {
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)gather(s, iov)};
+    struct msghdr m = {.msg_iov = iov,
+                       .msg_iovlen = (size_t)mep__tcp_gather(s, iov)};
     ssize_t n = sendmsg(s->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
       return -errno;
     }
-    advance(s, (uint64_t)n);
+    mep__tcp_advance(s, (uint64_t)n);
   }
   return 0;
 }
@@ -108,7 +110,7 @@ static void arm_out(tcp_sock_t *s) {
  * it had not read what we sent). So the peer is not failed here: the
  * socket stops sending and is shut down, and its receive side reads up to
  * the end and decides (recv.c). Its queue completes with the peer's fate. */
-static void broke(tcp_sock_t *s, int err) {
+void mep__tcp_broke(tcp_sock_t *s, int err) {
   tcp_peer_t *p = s->peer;
   TCP_LOG(p->ctx, MEP_LOG_DEBUG,
           "tcp: sending to rank %d on socket %u failed: %s; reading what it "
@@ -119,12 +121,20 @@ static void broke(tcp_sock_t *s, int err) {
   shutdown(s->fd, SHUT_RDWR);
 }
 
-/* peer->mu held: sends what s's queue holds now, deferred writes too. */
+/* peer->mu held: sends what s's queue holds now, deferred writes too, or
+ * hands it to the sender thread. */
 static void kick(tcp_sock_t *s) {
   s->lazy = 0;
+  if (mep__tcp_tx_owned(s)) return; /* the sender thread sends it all */
+  if (mep__tcp_tx_wants(s) && s->queued >= TCP_TX_HANDOFF) {
+    mep__tcp_tx_handoff(s);
+    return;
+  }
   int rc = flush(s);
   if (rc < 0)
-    broke(s, -rc);
+    mep__tcp_broke(s, -rc);
+  else if (mep__tcp_tx_wants(s))
+    mep__tcp_tx_handoff(s);
   else
     arm_out(s);
 }
@@ -188,29 +198,32 @@ static void submit(tcp_sock_t *s, tcp_item_t *it) {
 void mep__tcp_on_writable(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
-  if (!p->dead) {
+  if (!p->dead && !mep__tcp_tx_owned(s)) {
     int rc = flush(s);
     if (rc < 0)
-      broke(s, -rc);
+      mep__tcp_broke(s, -rc);
     else
       arm_out(s);
   }
   pthread_mutex_unlock(&p->mu);
 }
 
-void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
-  for (int i = 0; i < p->ctx->cfg.nsock; i++) {
-    tcp_sock_t *s = &p->socks[i];
-    while (s->head) {
-      tcp_item_t *it = s->head;
-      s->head = it->next;
-      item_done(p, it, status, report);
-      free(it);
-    }
-    s->tail = NULL;
-    s->queued = 0;
-    s->lazy = 0;
+void mep__tcp_drop_sock(tcp_sock_t *s, int status, int report) {
+  while (s->head) {
+    tcp_item_t *it = s->head;
+    s->head = it->next;
+    item_done(s->peer, it, status, report);
+    free(it);
   }
+  s->tail = NULL;
+  s->queued = 0;
+  s->lazy = 0;
+}
+
+void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
+  for (int i = 0; i < p->ctx->cfg.nsock; i++)
+    if (!mep__tcp_tx_detach(&p->socks[i]))
+      mep__tcp_drop_sock(&p->socks[i], status, report);
 }
 
 /* peer->mu held: 0 if messages may be sent to p. */

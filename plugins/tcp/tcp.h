@@ -10,6 +10,7 @@
  *   ctx->mu     the peers table, the tombstones, the shut flags and the
  *               pending handshakes
  *   peer->mu    a peer's state, its sockets' fds and send queues
+ *   ctx->tx_mu  the sender thread's list and the sockets' tx_state
  *   ctx->cq_mu  the completion queue (a leaf)
  *   ctx->lazy_mu the list of peers with deferred small writes (a leaf)
  *   ctx->rx_mu  the region table; held by the poll thread while it reads a
@@ -67,6 +68,14 @@
  * empty is read straight into its region instead. */
 #define TCP_RXBUF_LEN (32u * 1024u)
 #define TCP_RX_DIRECT (8u * 1024u)
+/* A socket's queue this long (or one the kernel took only part of) is
+ * handed to the sender thread, where there is one (sender.c). */
+#define TCP_TX_HANDOFF (64u * 1024u)
+/* How long the sender thread watches for work before it sleeps: about
+ * the time between a chunk's write and the next (docs/perf.md). */
+#define TCP_TX_SPIN_US 1000
+/* Most iovec entries of one sendmsg. */
+#define TCP_MAX_IOV 64
 /* Writes at least twice this long are striped over the peer's sockets. */
 #define TCP_STRIPE_MIN (256u * 1024u)
 /* A signal waits on the receiver until the writes before it arrived; past
@@ -88,7 +97,13 @@ typedef struct tcp_cfg {
   int nsock;            /* sockets_per_peer */
   int retries;          /* connect_retries: dial attempts */
   int nodelay;
+  int send_thread; /* TCP_SEND_THREAD_* */
 } tcp_cfg_t;
+
+/* [tcp] send_thread, in the order of its choices */
+enum { TCP_SEND_THREAD_AUTO, TCP_SEND_THREAD_OFF, TCP_SEND_THREAD_ON };
+/* Who sends a socket's queue (sender.c) */
+enum { TCP_TX_NONE, TCP_TX_LISTED, TCP_TX_SENDING };
 
 /* What an epoll event points to; the kind says which object it is. */
 enum { TCP_SRC_LISTEN, TCP_SRC_HANDSHAKE, TCP_SRC_SOCK, TCP_SRC_CQ };
@@ -135,6 +150,8 @@ typedef struct tcp_sock {
                         send yet (TCP_LAZY_WRITE) */
   int tx_err;        /* a send failed with this errno: nothing more is
                         sent here, the socket is shut down */
+  int tx_state;      /* TCP_TX_*: NONE, or the sender thread's (sender.c) */
+  struct tcp_sock *tx_next; /* on ctx->tx_head, under ctx->tx_mu */
   /* receive side, poll thread only */
   int rx_state;
   size_t rx_have, rx_need;
@@ -201,6 +218,16 @@ typedef struct tcp_mr {
   uint64_t len;
 } tcp_mr_t;
 
+/* The sockets the sender thread sends (TCP_TX_SENDING), its alone; kept
+ * in the context, not on its stack, so that they stay reachable however
+ * the process ends. */
+struct pollfd;
+typedef struct tcp_tx_work {
+  tcp_sock_t **s;
+  struct pollfd *pf; /* pf[0]: the wake-up eventfd; pf[1 + i]: s[i] */
+  size_t n, cap;
+} tcp_tx_work_t;
+
 typedef struct tcp_ctx {
   const mep_tp_env_t *env;
   tcp_cfg_t cfg;
@@ -232,12 +259,23 @@ typedef struct tcp_ctx {
 
   pthread_mutex_t lazy_mu;
   tcp_peer_t *lazy_head; /* peers with deferred writes; atomic reads */
+
+  /* the sender thread (sender.c), when tx_on */
+  int tx_started; /* tx_mu and tx_idle exist: fini calls tx_stop */
+  int tx_on;
+  pthread_t tx_thread;
+  int tx_evfd;        /* wakes it */
+  pthread_mutex_t tx_mu;
+  pthread_cond_t tx_idle; /* a socket stopped being TCP_TX_SENDING */
+  tcp_sock_t *tx_head, *tx_tail; /* queues handed over, TCP_TX_LISTED */
+  int tx_sleeping, tx_stop;
+  tcp_tx_work_t tx_work;
 } tcp_ctx_t;
 
 /* config.c */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
 /* The [tcp] keys this plugin declares (config.c). */
-#define MEP_TCP_NKEYS 5
+#define MEP_TCP_NKEYS 6
 extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
 /* util.c: leaf helpers, calling nothing else of the plugin */
@@ -294,7 +332,38 @@ void mep__tcp_on_writable(tcp_sock_t *s);
 void mep__tcp_flush_lazy(tcp_ctx_t *ctx);
 /* peer->mu held: sends p's deferred writes. */
 void mep__tcp_flush_lazy_peer(tcp_peer_t *p);
+/* peer->mu held: fails every queue of p but those the sender thread is
+ * sending (it drops them itself when it finds p dead). */
 void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report);
+/* peer->mu held: fails s's queued messages; report: their completions. */
+void mep__tcp_drop_sock(tcp_sock_t *s, int status, int report);
+/* peer->mu held, for the sender thread: s's queue as an iovec (the
+ * count), the first n bytes of it sent, the socket broken by errno err. */
+struct iovec;
+int mep__tcp_gather(const tcp_sock_t *s, struct iovec *iov);
+void mep__tcp_advance(tcp_sock_t *s, uint64_t n);
+void mep__tcp_broke(tcp_sock_t *s, int err);
+
+/* sender.c */
+/* init: starts the sender thread if [tcp] send_thread asks for one. */
+int mep__tcp_tx_start(tcp_ctx_t *ctx);
+/* fini, before the peers are freed: stops it. */
+void mep__tcp_tx_stop(tcp_ctx_t *ctx);
+/* peer->mu held: 1 when the sender thread owns s's queue. */
+int mep__tcp_tx_owned(const tcp_sock_t *s);
+/* peer->mu held: 1 when s's queue should go to the sender thread (there
+ * is one, and the queue holds something a healthy socket can send). */
+int mep__tcp_tx_wants(const tcp_sock_t *s);
+/* peer->mu held: hands s's queue over. */
+void mep__tcp_tx_handoff(tcp_sock_t *s);
+/* peer->mu held: takes s's queue back if it only waits for the sender
+ * thread; 1 if that thread is sending it now (it stays its). */
+int mep__tcp_tx_detach(tcp_sock_t *s);
+/* peer->mu held: 1 when the sender thread owns a queue of p. */
+int mep__tcp_tx_busy(tcp_peer_t *p);
+/* p dead, its mu not held: returns once the sender thread owns nothing
+ * of p, so p's fds may be closed and its queues freed. */
+void mep__tcp_tx_quiesce(tcp_peer_t *p);
 
 /* bye.c */
 int mep__tcp_close(mep_tp_ep_t *ep);
