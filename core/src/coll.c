@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "copier.h"
 #include "error.h"
 #include "ft.h"
 #include "log.h"
@@ -100,6 +101,8 @@ struct mep__coll {
   size_t two_shot;                  /* [core] two_shot_bytes */
   uint8_t *aside;                   /* in-place inputs, copied at the start */
   size_t aside_cap;                 /* (collectives run one at a time) */
+  mep__copier_t *copier;            /* copies them while they run */
+  int copier_ok;                    /* 1 start one when needed, -1 never */
   /* Zero-copy sends: a chunk of at least zc_min bytes (ZC_MIN_BYTES, or
    * a whole chunk) leaves from the caller's buffer, registered locally
    * (lregs), instead of through send_stage; only its header is staged.
@@ -138,9 +141,13 @@ int mep__coll_init(mep_comm_t *comm) {
   comm->coll_done_from = done_from;
   c->two_shot = (size_t)two_shot;
   size_t n = (size_t)comm->max_size;
-  int agree = 0;
+  int agree = 0, copy = 0;
   rc = mep__config_choice(comm->cfg, "core", "agreement", &agree);
+  if (rc == MEP_OK)
+    rc = mep__config_choice(comm->cfg, "core", "copy_thread", &copy);
   if (rc) return rc;
+  /* copy_thread: auto|off|on */
+  c->copier_ok = copy == 2 || (copy == 0 && mep__cpus() >= 4) ? 1 : -1;
   c->agreement = agree == 0;
   c->chunk = (size_t)chunk & ~(size_t)63;
   c->slot = HDR_BYTES + c->chunk;
@@ -215,6 +222,11 @@ uint64_t mep__coll_landed(const mep_comm_t *comm) {
   return comm->coll->landed;
 }
 
+void mep__coll_aside(const mep_comm_t *comm, const uint8_t **p, size_t *cap) {
+  *p = comm->coll->aside;
+  *cap = comm->coll->aside_cap;
+}
+
 uint64_t mep__coll_ops(const mep_comm_t *comm) { return comm->coll->seq; }
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops) {
   comm->coll->seq = ops;
@@ -228,6 +240,7 @@ void mep__coll_fini(mep_comm_t *comm) {
   mep_region_deregister(c->rg);
   mep_region_deregister(c->rl);
   mep_region_deregister(c->shell);
+  mep__copier_free(c->copier);
   free(c->send_stage);
   free(c->recv_stage);
   free(c->sig);
@@ -305,6 +318,12 @@ typedef struct op {
                             zero-copy sends and landing (NULL: staged;
                             lregs owns) */
   int finishing;         /* ended, but the transports may still read them */
+  /* In place, late copy (aside_start): the first attempt reads the
+   * caller's buffer; aside_busy: the copier still copies it aside. */
+  int aside_late, aside_busy;
+  uint8_t *restore; /* an in-place all-reduce's buffer, once its copy
+                       aside is made or under way: put back from there if
+                       the call fails */
   uint64_t fin_deadline;
   char waiting[160];
 } op_t;
@@ -737,12 +756,16 @@ static void send_landing(mep_req_t *req, int s) {
   if (rc) mep__err_clear();
 }
 
+static void aside_wait(mep_req_t *req);
+
 static void start_step(mep_req_t *req) {
   mep_comm_t *comm = req->comm;
   struct mep__coll *c = comm->coll;
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
   int me = comm->rank;
+  /* a late in-place copy ends before a later step writes the buffer */
+  if (o->step > 0) aside_wait(req);
   o->sj = o->rj = 0;
   o->sk = 1;
   o->rs = 0;
@@ -917,8 +940,19 @@ static int commit(mep_req_t *req) {
 
 /* In place: the input goes aside into memory the communicator keeps (and
  * reuses: no allocation and page faults per call once it is large
- * enough), so every attempt reads it as the caller passed it. */
-static int copy_aside(mep_req_t *req) {
+ * enough), so every attempt reads it as the caller passed it.
+ *
+ * A two-shot all-reduce does not wait for that copy where the process
+ * has CPUs to spare. Its first step writes only this rank's block of the
+ * buffer (the block's reduction), which goes aside first (aside_plan);
+ * the copier thread copies the other blocks while the step runs
+ * (copier.h), and all of it is aside before the second step writes the
+ * buffer (it lands the other ranks' blocks there), before another attempt
+ * starts (which then reads the copy: aside_switch) and before the call
+ * returns. So the first attempt reads the caller's buffer: what it sends
+ * in the first step is untouched, and its reduction reads each element of
+ * its block before it writes it. */
+static int aside_start(mep_req_t *req) {
   struct mep__coll *c = req->comm->coll;
   op_t *o = req->impl;
   size_t n = o->spec.copy_bytes;
@@ -930,9 +964,67 @@ static int copy_aside(mep_req_t *req) {
     c->aside = p;
     c->aside_cap = n;
   }
+  int same = o->spec.kind == MEP__COLL_ALLREDUCE &&
+             o->spec.send == o->spec.recv;
+  o->aside_late = same && n > c->two_shot;
+  if (o->aside_late && !c->copier && c->copier_ok > 0 &&
+      mep__copier_new(&c->copier) != MEP_OK) {
+    mep__warn("in-place all-reduces copy their input before they start: "
+              "%s", mep_last_error());
+    mep__err_clear();
+    c->copier_ok = -1;
+  }
+  o->aside_late = o->aside_late && c->copier;
+  if (o->aside_late) return MEP_OK;
   memcpy(c->aside, o->spec.send, n);
   o->spec.send = c->aside;
+  if (same) o->restore = o->spec.recv;
   return MEP_OK;
+}
+
+/* After the first attempt's plan: with a late copy, puts the block the
+ * first step writes aside now and hands the rest to the copier; a plan
+ * of another shape (a one-shot over the survivors, say) gets the whole
+ * copy now and is made again. */
+static int aside_plan(mep_req_t *req) {
+  struct mep__coll *c = req->comm->coll;
+  op_t *o = req->impl;
+  if (!o->aside_late) return MEP_OK;
+  const mep__step_t *st = &o->plan.steps[0];
+  uintptr_t buf = (uintptr_t)o->spec.recv, out = (uintptr_t)st->rout;
+  size_t n = o->spec.copy_bytes;
+  if (o->plan.nsteps == 2 && reducing(st) && out >= buf && st->rlen <= n &&
+      out - buf <= n - st->rlen) {
+    size_t lo = (size_t)(out - buf);
+    memcpy(c->aside + lo, st->rout, st->rlen);
+    mep__copier_start(c->copier, c->aside, o->spec.send, n, lo,
+                      lo + st->rlen);
+    o->aside_busy = 1;
+    o->restore = o->spec.recv;
+    return MEP_OK;
+  }
+  o->aside_late = 0;
+  memcpy(c->aside, o->spec.send, n);
+  o->spec.send = c->aside;
+  o->restore = o->spec.recv;
+  return attempt(req);
+}
+
+/* Returns once a late copy is done. */
+static void aside_wait(mep_req_t *req) {
+  op_t *o = req->impl;
+  if (!o->aside_busy) return;
+  mep__copier_wait(req->comm->coll->copier);
+  o->aside_busy = 0;
+}
+
+/* Another attempt starts: from here on every attempt reads the copy. */
+static void aside_switch(mep_req_t *req) {
+  op_t *o = req->impl;
+  if (!o->aside_late) return;
+  aside_wait(req);
+  o->spec.send = req->comm->coll->aside;
+  o->aside_late = 0;
 }
 
 /* The end of the furthest of n blocks of count[p] elements at displ[p]
@@ -997,8 +1089,10 @@ static void zc_setup(mep_req_t *req) {
   if (in >= c->zc_min &&
       mep__lregs_get(c->lregs, o->spec.send, in, &o->zreg[0]) != MEP_OK)
     o->zreg[0] = NULL;
-  if (out >= c->zc_min && (o->spec.recv != o->spec.send || out != in) &&
-      mep__lregs_get(c->lregs, o->spec.recv, out, &o->zreg[1]) != MEP_OK)
+  if (out >= c->zc_min && o->spec.recv == o->spec.send && out == in)
+    o->zreg[1] = o->zreg[0]; /* in place, copied aside late */
+  else if (out >= c->zc_min &&
+           mep__lregs_get(c->lregs, o->spec.recv, out, &o->zreg[1]) != MEP_OK)
     o->zreg[1] = NULL;
   mep__err_clear(); /* a refusal is no error of the call */
 }
@@ -1044,9 +1138,10 @@ static int run(mep_req_t *req) {
   int moved = 0;
   if (!o->seq) { /* its turn came: collectives start in call order */
     o->seq = ++comm->coll->seq;
-    int rc = copy_aside(req);
-    if (rc == MEP_OK) zc_setup(req);
+    int rc = aside_start(req);
     if (rc == MEP_OK) rc = attempt(req);
+    if (rc == MEP_OK) rc = aside_plan(req);
+    if (rc == MEP_OK) zc_setup(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
   }
   if (mep__ft_excluded(comm))
@@ -1060,6 +1155,7 @@ static int run(mep_req_t *req) {
                   "survivors finished it and this rank lacks their data "
                   "([core] agreement is off)");
     }
+    aside_switch(req);
     int rc = attempt(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
     moved = 1;
@@ -1110,12 +1206,18 @@ static int advance(mep_req_t *req) {
   if (!o->finishing) {
     int rc = run(req);
     if (rc != MEP__ADV_DONE) return rc;
+    aside_wait(req); /* it reads the caller's buffer */
     /* peers that had a landing message may still put into the caller's
      * buffer: not once the call returned (landing, top) */
     if (req->status < 0 && o->zreg[1]) {
       mep__lregs_drop(comm->coll->lregs, o->zreg[1]);
+      if (o->zreg[0] == o->zreg[1]) o->zreg[0] = NULL;
       o->zreg[1] = NULL;
     }
+    /* nothing lands in it any more: a failed in-place all-reduce leaves
+     * the caller's buffer as it was */
+    if (req->status < 0 && o->restore)
+      memcpy(o->restore, comm->coll->aside, o->spec.copy_bytes);
     o->finishing = 1;
     o->fin_deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
   }

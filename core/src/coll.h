@@ -46,6 +46,8 @@ void mep__coll_zc_stats(const mep_comm_t *comm, uint64_t *writes,
 /* Chunks this rank put straight into receivers' buffers so far (landing,
  * coll.c). For tests. */
 uint64_t mep__coll_landed(const mep_comm_t *comm);
+/* For tests: where in-place inputs went aside, and its capacity. */
+void mep__coll_aside(const mep_comm_t *comm, const uint8_t **p, size_t *cap);
 
 /* Starts `spec` (ownership passes) as a collective request, with the
  * request hooks `hooks` (NULL: none; req.h). */

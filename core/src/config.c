@@ -46,6 +46,11 @@ static const mep__config_key_t table[] = {
     {"core", "two_shot_bytes", "262144", MEP__CFG_INT, 0, TIB, NULL,
      "all-reduce and broadcast messages above this size use the two-shot "
      "algorithm, smaller ones the one-shot"},
+    {"core", "copy_thread", "auto", MEP__CFG_CHOICE, 0, 0, "auto|off|on",
+     "on: an in-place all-reduce above two_shot_bytes copies its input "
+     "aside (kept for a retry after a lost rank) on a thread of its own "
+     "while it runs; off: before it starts; auto: on where the process may "
+     "run on 4 CPUs or more"},
     {"core", "probe_ms", "1000", MEP__CFG_INT, 1, INT32_MAX, NULL,
      "how long a probed peer has to answer before it is treated as failed "
      "(a wait past timeout_ms probes the peers it waits for)"},

@@ -4,7 +4,8 @@
  *    once, and the communicator keeps working;
  *  - ranks that disagree (collective, dtype, count, root, reduction) all
  *    get MEP_ERR_MISMATCH within the timeout, with a message naming the
- *    other side and both values.
+ *    other side and both values; a failed in-place all-reduce leaves its
+ *    buffer as it was.
  * usage: test_coll_errors NRANKS [KEY=VALUE...] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,29 @@ static int big_count(mep_comm_t *c, int odd) {
                        NULL);
 }
 
+/* In place, above the two-shot size: a failed all-reduce leaves the
+ * buffer as it was (the core puts back its copy aside; with the copy
+ * thread, once that thread is done). mm_recv holds the input on entry. */
+#define INPLACE_COUNT 300001
+static float ip_buf[INPLACE_COUNT], ip_in[INPLACE_COUNT];
+static int inplace_count(mep_comm_t *c, int odd) {
+  uint64_t x = run_seed ^ (uint64_t)(mep_comm_rank(c) + 1);
+  for (size_t i = 0; i < INPLACE_COUNT; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    ip_in[i] = (float)(int32_t)(x >> 40) / 1024.0f;
+  }
+  memcpy(ip_buf, ip_in, sizeof ip_buf);
+  int rc = mep_allreduce(c, ip_buf, ip_buf,
+                         odd ? INPLACE_COUNT - 1 : INPLACE_COUNT, MEP_FLOAT32,
+                         MEP_SUM, NULL);
+  if (rc != MEP_OK && memcmp(ip_buf, ip_in, sizeof ip_buf)) {
+    fprintf(stderr, "FAIL rank %d: the failed in-place all-reduce changed "
+            "its buffer\n", mep_comm_rank(c));
+    return MEP_ERR_PROTOCOL; /* judged wrong: not MEP_ERR_MISMATCH */
+  }
+  return rc;
+}
+
 /* What is wrong with one rank's outcome of a mismatch, or "" if nothing. */
 static void judge(const coll_ctx_t *ctx, const mismatch_t *m, int odd, int rc,
                   long long took, const char *msg, char *bad, size_t len) {
@@ -201,6 +225,8 @@ static const mismatch_t mismatches[] = {
     {"gather root 0 against root n-1", 1, other_root, {"root"}},
     {"sum against max", 0, redop, {"sum", "max"}},
     {"allgather count 2047 against 2048", 7, big_count, {"2047", "2048"}},
+    {"in-place allreduce count 300001 against 300000", 1, inplace_count,
+     {"300001", "300000"}},
 };
 
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {

@@ -2,6 +2,7 @@
  * make on it. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,10 +30,23 @@ int ft_wait_ms(const ft_rank_t *R) {
 
 int ft_store_ms(const ft_rank_t *R) { return R->timeout_ms + 2000; }
 
+/* FT_INPLACE=1: all-reduces run in place (the input copied into the
+ * output buffer first), so a retry over the survivors must start from
+ * inputs the failed attempt may have overwritten. */
+static int in_place(void) {
+  const char *e = getenv("FT_INPLACE");
+  return e && !strcmp(e, "1");
+}
+
 int ft_coll_start(mep_comm_t *comm, const ft_step_t *s, ft_bufs_t *b,
                   mep_req_t **req) {
   switch (s->coll) {
   case FT_ALLREDUCE:
+    if (in_place()) {
+      memcpy(b->recv, b->send, b->send_len);
+      return mep_allreduce(comm, b->recv, b->recv, s->count, s->dt, s->op,
+                           req);
+    }
     return mep_allreduce(comm, b->send, b->recv, s->count, s->dt, s->op, req);
   case FT_ALLGATHER:
     return mep_allgather(comm, b->send, b->recv, s->count, s->dt, req);

@@ -51,6 +51,9 @@ static void usage(FILE *out) {
 "                        reference computed independently (inputs differ per\n"
 "                        rank and iteration); the check is not timed, but a\n"
 "                        barrier precedes each timed iteration\n"
+"      --in-place        allreduce into its input buffer, as\n"
+"                        torch.distributed calls it (the library keeps a copy\n"
+"                        of the input for a retry after a lost rank)\n"
 "      --inject-error    (to test mep-perf itself) spoil the first output\n"
 "                        element of each rank after each call; -c must\n"
 "                        count it\n"
@@ -169,7 +172,8 @@ enum {
   OPT_ROOT,
   OPT_CSV,
   OPT_SEED,
-  OPT_INJECT
+  OPT_INJECT,
+  OPT_INPLACE
 };
 
 /* Cross-option rules, once every option is known. */
@@ -196,6 +200,8 @@ static int validate(perf_opts_t *o, int nset) {
     return bad("-r avg is not defined on bool");
   if (o->inject && !o->check)
     return bad("--inject-error needs -c");
+  if (o->inplace && o->kind != PERF_ALLREDUCE)
+    return bad("--in-place is for -o allreduce, not -o %s", d->name);
   if (o->min_bytes > o->max_bytes)
     return bad("-b %zu exceeds -e %zu", o->min_bytes, o->max_bytes);
   return 0;
@@ -221,6 +227,7 @@ int perf_parse_args(int argc, char **argv, perf_opts_t *o) {
       {"timeout", required_argument, 0, 't'},
       {"csv", no_argument, 0, OPT_CSV},
       {"inject-error", no_argument, 0, OPT_INJECT},
+      {"in-place", no_argument, 0, OPT_INPLACE},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *o = (perf_opts_t){.nlocal = 2, .rank = -1, .size = 0,
@@ -303,6 +310,7 @@ int perf_parse_args(int argc, char **argv, perf_opts_t *o) {
       break;
     case OPT_CSV: o->csv = 1; break;
     case OPT_INJECT: o->inject = 1; break;
+    case OPT_INPLACE: o->inplace = 1; break;
     case 'h': usage(stdout); return 1;
     default:
       fprintf(stderr, "(mep-perf --help lists the options)\n");

@@ -23,10 +23,11 @@ static int reserve(void **buf, size_t *cap, size_t bytes) {
 }
 
 static int reserve_buffers(perf_rank_t *r) {
+  int one = r->o->kind == PERF_BROADCAST || r->o->inplace;
   int rc = reserve(&r->send, &r->cap_send, r->sh.send_elems * r->dsize);
-  if (rc == 0 && r->o->kind != PERF_BROADCAST)
+  if (rc == 0 && !one)
     rc = reserve(&r->recv, &r->cap_recv, r->sh.recv_elems * r->dsize);
-  if (r->o->kind == PERF_BROADCAST) r->recv = r->send;
+  if (one) r->recv = r->send;
   if (rc)
     fprintf(stderr, "mep-perf: rank %d: out of memory for buffers of %zu "
             "bytes\n", r->rank, r->sh.bytes);

@@ -153,7 +153,7 @@ void perf_prepare(perf_rank_t *r, int iter) {
   int root_in_place = r->o->kind == PERF_BROADCAST && r->rank == r->o->root;
   if (r->o->kind != PERF_BROADCAST || root_in_place)
     perf_fill(r->o->dtype, r->keys[r->rank], 0, r->send, r->sh.send_elems);
-  if (root_in_place) return;
+  if (root_in_place || r->o->inplace) return; /* the input is the output */
   for (size_t k = 0; k < r->nsegs; k++)
     PERF_BY_DTYPE(r->o->dtype, , poison_seg, r, &r->segs[k])
 }

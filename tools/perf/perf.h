@@ -39,6 +39,7 @@ typedef struct perf_opts {
   int timeout_ms;
   int csv;
   int inject; /* --inject-error: spoil one output element per call */
+  int inplace; /* --in-place: allreduce's output buffer is its input */
   uint64_t seed;
 } perf_opts_t;
 

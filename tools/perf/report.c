@@ -33,9 +33,10 @@ void perf_report_begin(const perf_rank_t *r, perf_report_t *rep) {
     printf("size,count,type,redop,root,time_us,algbw_gbps,busbw_gbps,"
            "wrong\n");
   } else {
-    printf("# mep-perf %s: %s on %d ranks, %s, redop %s, root %d, "
+    printf("# mep-perf %s: %s%s on %d ranks, %s, redop %s, root %d, "
            "warmup %d, iters %d, check %s, timeout %d ms, seed %" PRIu64
-           "\n", mep_version(), perf_op(o->kind)->name, r->n,
+           "\n", mep_version(), perf_op(o->kind)->name,
+           o->inplace ? " in place" : "", r->n,
            mep_dtype_name(o->dtype), redop_col(o), root_col(o), o->warmup,
            o->iters, o->check ? "on" : "off", o->timeout_ms, o->seed);
     printf("# routes of rank 0:");

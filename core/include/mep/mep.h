@@ -395,7 +395,8 @@ MEP_API void mep_req_free(mep_req_t *req);
  * caller and must stay untouched until the request finished. With `req`
  * NULL the call blocks until done (up to the communicator's timeout);
  * otherwise it returns at once and *req tracks it. send == recv is
- * allowed (in place) where the sizes agree. Collectives of one
+ * allowed (in place) where the sizes agree; an in-place all-reduce that
+ * fails leaves the buffer as it was. Collectives of one
  * communicator run one at a time, in call order; they are thread-safe.
  * Faults: collectives run over the active ranks. One during which ranks
  * were lost returns MEP_OK_DEGRADED on every survivor, with the same

@@ -34,6 +34,7 @@ bad -o pingpong -n 1
 bad -o broadcast -n 2 --root 2
 bad -d bool -r avg
 bad --inject-error
+bad -o alltoall --in-place
 bad --store 127.0.0.1:1234
 bad --store 127.0.0.1 --rank 0 --size 2
 bad --store 127.0.0.1:70000 --rank 0 --size 2

@@ -23,6 +23,8 @@
  *           chunks of copy steps landed straight in receivers' buffers
  *           (every chunk a sender sends after a receiver's first credit:
  *           the receiver's landing message precedes it), reductions never
+ *   aside   an in-place two-shot all-reduce copied its input aside whole
+ *           while it ran, and landed its second step's chunks
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +33,7 @@
 
 #include "check.h"
 #include "coll.h"
+#include "copier.h"
 #include "launch.h"
 
 #define CHUNK 65536
@@ -329,6 +332,39 @@ static void path(mep_comm_t *comm) {
         "in a receiver's buffer", me);
 }
 
+/* In place, a two-shot all-reduce copies its input aside (with the copy
+ * thread, while its first step runs, here made 20 ms late): by its end all
+ * of it is aside as the caller passed it (a retry over survivors starts
+ * from there), and the chunks of its second step landed in the caller's
+ * buffer. */
+static void aside(mep_comm_t *comm) {
+  mep__copier_delay_us = 20000;
+  int me = mep_comm_rank(comm), n = mep_comm_size(comm);
+  size_t count = (size_t)n * (6 * CHUNK / 4) + 13, bytes = count * 4;
+  uint8_t *buf = malloc(bytes), *orig = malloc(bytes);
+  CHECK(buf && orig, "out of memory");
+  fill_i32(orig, count, me, 400);
+  memcpy(buf, orig, bytes);
+  uint64_t l0 = mep__coll_landed(comm);
+  CHECK_OK(mep_allreduce(comm, buf, buf, count, MEP_INT32, MEP_SUM, NULL));
+  for (size_t i = 0; i < count; i++) {
+    int32_t want = 0;
+    for (int r = 0; r < n; r++) want += val(r, i, 400);
+    CHECK(get_i32(buf, i) == want, "rank %d: in-place allreduce element "
+          "%zu: %d, want %d", me, i, get_i32(buf, i), want);
+  }
+  const uint8_t *a;
+  size_t cap;
+  mep__coll_aside(comm, &a, &cap);
+  CHECK(a && cap >= bytes && !memcmp(a, orig, bytes), "rank %d: the "
+        "in-place input is not all aside as it was passed", me);
+  CHECK(mep__coll_landed(comm) > l0, "rank %d: no chunk of the in-place "
+        "all-reduce's second step landed in the caller's buffer", me);
+  free(buf);
+  free(orig);
+  mep__copier_delay_us = 0;
+}
+
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   (void)store;
   (void)arg;
@@ -338,6 +374,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   alias(comm);
   evict(comm);
   if (atoll(chunk) == CHUNK) path(comm);
+  aside(comm);
   pinned(comm);
   uint64_t w = writes_now(comm, NULL, NULL);
   CHECK(w > 0, "rank %d: no zero-copy writes", mep_comm_rank(comm));
