@@ -81,9 +81,10 @@ static int overlap(const void *a, size_t alen, const void *b, size_t blen) {
 }
 
 /* An input that shares memory with the output (in place) is marked to be
- * copied aside when the collective starts (coll.c): the engine reads inputs after
- * writing outputs, and a collective run again over the survivors reads
- * them once more. */
+ * copied aside (coll.c: when the collective starts, or by the copy thread
+ * while a large all-reduce runs): the engine reads inputs after writing
+ * outputs, and a collective run again over the survivors reads them once
+ * more. */
 static void private_input(mep__coll_spec_t *s, size_t sbytes,
                           size_t rbytes) {
   if (overlap(s->send, sbytes, s->recv, rbytes)) s->copy_bytes = sbytes;
