@@ -938,6 +938,16 @@ static int commit(mep_req_t *req) {
   return MEP__ADV_DONE;
 }
 
+/* The whole input goes aside now, and every attempt reads it there;
+ * restore: an all-reduce whose buffer is put back if the call fails. */
+static void aside_now(mep_req_t *req, int restore) {
+  op_t *o = req->impl;
+  uint8_t *aside = req->comm->coll->aside;
+  memcpy(aside, o->spec.send, o->spec.copy_bytes);
+  o->spec.send = aside;
+  if (restore) o->restore = o->spec.recv;
+}
+
 /* In place: the input goes aside into memory the communicator keeps (and
  * reuses: no allocation and page faults per call once it is large
  * enough), so every attempt reads it as the caller passed it.
@@ -975,10 +985,7 @@ static int aside_start(mep_req_t *req) {
     c->copier_ok = -1;
   }
   o->aside_late = o->aside_late && c->copier;
-  if (o->aside_late) return MEP_OK;
-  memcpy(c->aside, o->spec.send, n);
-  o->spec.send = c->aside;
-  if (same) o->restore = o->spec.recv;
+  if (!o->aside_late) aside_now(req, same);
   return MEP_OK;
 }
 
@@ -1004,9 +1011,7 @@ static int aside_plan(mep_req_t *req) {
     return MEP_OK;
   }
   o->aside_late = 0;
-  memcpy(c->aside, o->spec.send, n);
-  o->spec.send = c->aside;
-  o->restore = o->spec.recv;
+  aside_now(req, 1);
   return attempt(req);
 }
 

@@ -70,9 +70,7 @@ void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report) {
     p->fds_open = 1;
   }
   if (p->fds_open) __atomic_store_n(&ctx->reap, 1, __ATOMIC_RELEASE);
-  mep__tcp_drop_queues(p, status == MEP_ERR_CLOSED ? status
-                                                   : MEP_ERR_PEER_FAILED,
-                       1);
+  mep__tcp_drop_queues(p, mep__tcp_lost_status(status), 1);
   if (report) mep__tcp_cq_push(ctx, MEP_TP_TOKEN_NONE, status, p->rank);
 }
 

@@ -39,7 +39,6 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "tcp.h"
@@ -78,9 +77,7 @@ static int step(tcp_ctx_t *ctx, tcp_sock_t *s, int *fd) {
   tcp_peer_t *p = s->peer;
   struct iovec iov[TCP_MAX_IOV];
   pthread_mutex_lock(&p->mu);
-  if (p->dead)
-    mep__tcp_drop_sock(s, p->dead_status == MEP_ERR_CLOSED
-                              ? MEP_ERR_CLOSED : MEP_ERR_PEER_FAILED, 1);
+  if (p->dead) mep__tcp_drop_sock(s, mep__tcp_lost_status(p->dead_status), 1);
   if (p->dead || s->tx_err || !s->head) {
     /* a broken socket's queue waits for the peer's fate (send.c) */
     give_back(ctx, s);
@@ -131,12 +128,6 @@ static int take(tcp_ctx_t *ctx, tcp_tx_work_t *w) {
   return stop ? -1 : 0;
 }
 
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Nothing moved: watches for a queue handed over or a socket with room
  * for TCP_TX_SPIN_US (a chunk's next write usually comes that soon, and
  * waking a sleeping thread costs as long), then sleeps on the eventfd and
@@ -144,7 +135,8 @@ static int64_t now_us(void) {
  * wait too. */
 static void wait_room(tcp_ctx_t *ctx, tcp_tx_work_t *w) {
   w->pf[0] = (struct pollfd){.fd = ctx->tx_evfd, .events = POLLIN};
-  for (int64_t end = now_us() + TCP_TX_SPIN_US; now_us() < end;) {
+  for (int64_t end = mep__tcp_now_us() + TCP_TX_SPIN_US;
+       mep__tcp_now_us() < end;) {
     if (__atomic_load_n(&ctx->tx_head, __ATOMIC_RELAXED) ||
         (w->n && poll(w->pf + 1, w->n, 0) > 0))
       return;

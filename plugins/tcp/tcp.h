@@ -280,6 +280,7 @@ extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
 /* util.c: leaf helpers, calling nothing else of the plugin */
 int64_t mep__tcp_now_ms(void);
+int64_t mep__tcp_now_us(void);
 void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len);
 void mep__tcp_sockopts(tcp_ctx_t *ctx, int fd);
 
@@ -303,6 +304,11 @@ void mep__tcp_cq_forget(tcp_ctx_t *ctx, int rank);
 tcp_peer_t *mep__tcp_peer_new(tcp_ctx_t *ctx, int rank);
 int mep__tcp_peer_install(tcp_peer_t *p, uint32_t index, int fd, int add);
 void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report);
+/* What the writes still queued to a peer that died with `status`
+ * complete with: MEP_ERR_CLOSED after a close, else MEP_ERR_PEER_FAILED. */
+static inline int mep__tcp_lost_status(int status) {
+  return status == MEP_ERR_CLOSED ? MEP_ERR_CLOSED : MEP_ERR_PEER_FAILED;
+}
 void mep__tcp_peer_fail(tcp_peer_t *p, int status, int report);
 void mep__tcp_reap(tcp_ctx_t *ctx);
 /* poll_mu and ctx->mu held, p dead: takes p out of its slot and releases

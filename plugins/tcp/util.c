@@ -10,11 +10,13 @@
 
 #include "tcp.h"
 
-int64_t mep__tcp_now_ms(void) {
+int64_t mep__tcp_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
+
+int64_t mep__tcp_now_ms(void) { return mep__tcp_now_us() / 1000; }
 
 void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len) {
   char ip[INET_ADDRSTRLEN] = "?";

@@ -54,19 +54,12 @@ c10::intrusive_ptr<c10d::Work> MepBackend::allreduce(
   auto w = make_work(OpType::ALLREDUCE, "mep:all_reduce", what(op, t),
                      tensors, tensors);
   return issue(w, [&](MepWork &w) {
-    if (src.is_same(t)) {
-      // In place: the core keeps a copy of the input (it may run the
-      // collective again over survivors), made by its copy thread while
-      // the all-reduce runs ([core] copy_thread), and puts it back if the
-      // call fails: nothing to copy back here.
-      w.keep(t);
-      submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {
-        return mep_allreduce(c, data_of(t), data_of(t), el.count, el.dtype,
-                             rop, r);
-      });
-      return;
-    }
-    at::Tensor dst = scratch(w, t.numel(), t.scalar_type());
+    // In place where t is contiguous: the core keeps a copy of the input
+    // (it may run the collective again over survivors), made by its copy
+    // thread while the all-reduce runs ([core] copy_thread), and puts it
+    // back if the call fails; copy_back then has nothing to do.
+    at::Tensor dst = src.is_same(t) ? t
+                                    : scratch(w, t.numel(), t.scalar_type());
     w.keep(src);
     w.keep(dst);
     submit(w, false, [&](mep_comm_t *c, mep_req_t **r) {
