@@ -672,6 +672,8 @@ static int recv_copy(mep_req_t *req, int s, size_t j) {
   return rc ? rc : 1;
 }
 
+static void aside_reach(mep_req_t *req, size_t end);
+
 /* Reduce mode: contribution of s to chunk j, in rank order over the
  * attempt's active ranks. The first is held (o->pend) and enters with the
  * second; the last leaves with the store: with two ranks one pass makes
@@ -700,6 +702,7 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
     o->pend = src;
     return 1;
   }
+  aside_reach(req, j * c->chunk + len); /* the last one stores */
   if (s == o->first) { /* the only contribution */
     mep__acc_load(dt, c->acc, src, n);
     mep__acc_store(dt, op, c->acc, out, n, o->nact);
@@ -953,10 +956,11 @@ static void aside_now(mep_req_t *req, int restore) {
  * enough), so every attempt reads it as the caller passed it.
  *
  * A two-shot all-reduce does not wait for that copy where the process
- * has CPUs to spare. Its first step writes only this rank's block of the
- * buffer (the block's reduction), which goes aside first (aside_plan);
- * the copier thread copies the other blocks while the step runs
- * (copier.h), and all of it is aside before the second step writes the
+ * has CPUs to spare: the copier thread copies it while the first step
+ * runs (copier.h). That step writes only this rank's block of the buffer
+ * (the block's reduction), which the copier copies first, and each chunk
+ * of the block is aside before its reduction is stored (aside_reach);
+ * all of the buffer is aside before the second step writes the
  * buffer (it lands the other ranks' blocks there), before another attempt
  * starts (which then reads the copy: aside_switch) and before the call
  * returns. So the first attempt reads the caller's buffer: what it sends
@@ -989,8 +993,9 @@ static int aside_start(mep_req_t *req) {
   return MEP_OK;
 }
 
-/* After the first attempt's plan: with a late copy, puts the block the
- * first step writes aside now and hands the rest to the copier; a plan
+/* After the first attempt's plan: with a late copy, hands the copy to the
+ * copier, the block the first step writes first (recv_reduce waits for
+ * the part it overwrites: aside_reach); a plan
  * of another shape (a one-shot over the survivors, say) gets the whole
  * copy now and is made again. */
 static int aside_plan(mep_req_t *req) {
@@ -1003,7 +1008,6 @@ static int aside_plan(mep_req_t *req) {
   if (o->plan.nsteps == 2 && reducing(st) && out >= buf && st->rlen <= n &&
       out - buf <= n - st->rlen) {
     size_t lo = (size_t)(out - buf);
-    memcpy(c->aside + lo, st->rout, st->rlen);
     mep__copier_start(c->copier, c->aside, o->spec.send, n, lo,
                       lo + st->rlen);
     o->aside_busy = 1;
@@ -1013,6 +1017,14 @@ static int aside_plan(mep_req_t *req) {
   o->aside_late = 0;
   aside_now(req, 1);
   return attempt(req);
+}
+
+/* Before the first step stores bytes [0, end) of this rank's block: they
+ * are aside by then. */
+static void aside_reach(mep_req_t *req, size_t end) {
+  op_t *o = req->impl;
+  if (o->aside_busy && o->step == 0)
+    mep__copier_reach(req->comm->coll->copier, end);
 }
 
 /* Returns once a late copy is done. */

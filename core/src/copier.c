@@ -20,7 +20,24 @@ struct mep__copier {
   uint8_t *dst;
   const uint8_t *src;
   size_t n, lo, hi;
+  size_t reached; /* of [lo, hi), under mu */
 };
+
+/* The first range goes in pieces, each announced, so that a waiter in
+ * mep__copier_reach goes on long before the range is done. */
+#define PIECE ((size_t)256 << 10)
+
+static void copy_first(mep__copier_t *c) {
+  for (size_t off = c->lo; off < c->hi;) {
+    size_t len = c->hi - off < PIECE ? c->hi - off : PIECE;
+    memcpy(c->dst + off, c->src + off, len);
+    off += len;
+    pthread_mutex_lock(&c->mu);
+    c->reached = off - c->lo;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
 
 static void *run(void *arg) {
   mep__copier_t *c = arg;
@@ -31,6 +48,7 @@ static void *run(void *arg) {
     pthread_mutex_unlock(&c->mu);
     unsigned us = __atomic_load_n(&mep__copier_delay_us, __ATOMIC_RELAXED);
     if (us) nanosleep(&(struct timespec){0, (long)us * 1000}, NULL);
+    copy_first(c);
     if (c->lo) memcpy(c->dst, c->src, c->lo);
     if (c->hi < c->n) memcpy(c->dst + c->hi, c->src + c->hi, c->n - c->hi);
     pthread_mutex_lock(&c->mu);
@@ -76,15 +94,22 @@ void mep__copier_free(mep__copier_t *c) {
 }
 
 void mep__copier_start(mep__copier_t *c, uint8_t *dst, const uint8_t *src,
-                       size_t n, size_t skip_lo, size_t skip_hi) {
+                       size_t n, size_t first_lo, size_t first_hi) {
   pthread_mutex_lock(&c->mu);
   c->dst = dst;
   c->src = src;
   c->n = n;
-  c->lo = skip_lo;
-  c->hi = skip_hi;
+  c->lo = first_lo;
+  c->hi = first_hi;
+  c->reached = 0;
   c->busy = 1;
   pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void mep__copier_reach(mep__copier_t *c, size_t bytes) {
+  pthread_mutex_lock(&c->mu);
+  while (c->busy && c->reached < bytes) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
 }
 

@@ -13,11 +13,16 @@ typedef struct mep__copier mep__copier_t;
 int mep__copier_new(mep__copier_t **out);
 /* Waits for a job in progress and joins the thread. NULL is ignored. */
 void mep__copier_free(mep__copier_t *c);
-/* Copies n bytes from src to dst but [skip_lo, skip_hi) in the thread;
- * returns at once. The caller keeps both buffers alive and unwritten in
- * those ranges until mep__copier_wait returned. No job may be running. */
+/* Copies n bytes from src to dst in the thread, [first_lo, first_hi)
+ * first and in order (mep__copier_reach follows it), then the rest;
+ * returns at once. The caller keeps both buffers alive, and a range of
+ * src unwritten until the copy has passed it. No job may be running. */
 void mep__copier_start(mep__copier_t *c, uint8_t *dst, const uint8_t *src,
-                       size_t n, size_t skip_lo, size_t skip_hi);
+                       size_t n, size_t first_lo, size_t first_hi);
+/* Returns once the first `bytes` bytes of the running job's first range
+ * are copied (at once if no job runs): from then on the caller may write
+ * them in src. */
+void mep__copier_reach(mep__copier_t *c, size_t bytes);
 /* Returns once the job started last is done (at once if none is). */
 void mep__copier_wait(mep__copier_t *c);
 /* For tests: every job waits this long before it copies, so that a

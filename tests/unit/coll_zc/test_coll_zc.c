@@ -333,10 +333,11 @@ static void path(mep_comm_t *comm) {
 }
 
 /* In place, a two-shot all-reduce copies its input aside (with the copy
- * thread, while its first step runs, here made 20 ms late): by its end all
- * of it is aside as the caller passed it (a retry over survivors starts
- * from there), and the chunks of its second step landed in the caller's
- * buffer. */
+ * thread, while its first step runs, here made 20 ms late, so that the
+ * first step's reductions wait before they overwrite this rank's block):
+ * by its end all of it is aside as the caller passed it (a retry over
+ * survivors starts from there), and the chunks of its second step landed
+ * in the caller's buffer. */
 static void aside(mep_comm_t *comm) {
   mep__copier_delay_us = 20000;
   int me = mep_comm_rank(comm), n = mep_comm_size(comm);
