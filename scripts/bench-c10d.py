@@ -4,8 +4,11 @@
 For 2 and 4 ranks on this machine (over loopback: MEP_TCP_IFNAME=lo), times
 all_reduce, all_gather, reduce_scatter, all_to_all and broadcast at 8 B
 (latency) and 4 KiB .. 64 MiB (bandwidth), and prints a markdown table with
-the mean time per call of each backend (the slowest rank's) and the ratio
-gloo time / mep time, i.e. mep's speed relative to gloo (>= 1: mep faster).
+the time per call of each backend and the ratio gloo time / mep time, i.e.
+mep's speed relative to gloo (>= 1: mep faster). A backend's time is the
+median over --rounds rounds (default 3) of the mean time per call in a
+round (the slowest rank's); the rounds alternate between the backends, so
+that a slow spell of the machine falls on both.
 
 Sizes are per rank: all_reduce and broadcast buffers; all_gather's input
 (its output is ranks x size); reduce_scatter's output (its input is
@@ -14,6 +17,7 @@ bytes. The tensor forms (all_gather_into_tensor, reduce_scatter_tensor,
 all_to_all_single) are timed.
 
 Usage: scripts/bench-c10d.py [--ranks 2 4] [--max-size 64M] [--quick]
+[--rounds 3]
 (the mep package must be importable: scripts/setup.sh, or PYTHONPATH at
 build/frontends/c10d/python)."""
 import argparse
@@ -72,7 +76,7 @@ def make_call(op, torch, dist, size, world, rank, group):
     raise ValueError(op)
 
 
-def rank_main(rank, world, port, sizes, ops, quick, results):
+def rank_main(rank, world, port, sizes, ops, quick, rounds, results):
     import torch
     import torch.distributed as dist
     import mep  # noqa: F401  registers "mep"
@@ -85,34 +89,39 @@ def rank_main(rank, world, port, sizes, ops, quick, results):
     gloo = groups["gloo"]
     for op in ops:
         for size in sizes:
-            row = {}
-            for name, group in groups.items():
-                call = make_call(op, torch, dist, size, world, rank, group)
-                n = iters_for(size, quick)
+            n = iters_for(size, quick)
+            calls = {name: make_call(op, torch, dist, size, world, rank, group)
+                     for name, group in groups.items()}
+            for call in calls.values():
                 for _ in range(max(2, n // 10)):
                     call()
-                dist.barrier(group=group)
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    call()
-                dt = torch.tensor([(time.perf_counter() - t0) / n], dtype=torch.float64)
-                dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=gloo)
-                row[name] = dt.item()
-                del call
+            times = {name: [] for name in groups}
+            for _ in range(rounds):
+                for name, group in groups.items():
+                    call = calls[name]
+                    dist.barrier(group=group)
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        call()
+                    dt = torch.tensor([(time.perf_counter() - t0) / n], dtype=torch.float64)
+                    dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=gloo)
+                    times[name].append(dt.item())
+            del calls
+            med = {name: sorted(t)[len(t) // 2] for name, t in times.items()}
             if rank == 0:
-                results.put((world, op, size, row["mep"], row["gloo"]))
+                results.put((world, op, size, med["mep"], med["gloo"]))
     dist.destroy_process_group()
     if rank == 0:
         results.put(None)
 
 
-def run_world(world, sizes, ops, quick):
+def run_world(world, sizes, ops, quick, rounds):
     import torch.distributed as dist
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     procs = [ctx.Process(target=rank_main, args=(r, world, store.port, sizes, ops, quick,
-                                                 results), daemon=True)
+                                                 rounds, results), daemon=True)
              for r in range(world)]
     for p in procs:
         p.start()
@@ -144,7 +153,11 @@ def main():
     ap.add_argument("--max-size", default="64M")
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=OPS)
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="timed rounds per backend, alternating; the median counts")
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     top = parse_size(args.max_size)
     sizes = [8] + [s for s in (4 << 10 << 2 * i for i in range(8)) if s <= top]
     import torch
@@ -154,7 +167,7 @@ def main():
           f"torch {torch.__version__}, mep {mep.__version__}, MEP_TCP_IFNAME={os.environ['MEP_TCP_IFNAME']}")
     rows = []
     for w in args.ranks:
-        rows += run_world(w, sizes, args.ops, args.quick)
+        rows += run_world(w, sizes, args.ops, args.quick, args.rounds)
     print()
     print("| op | ranks | size | mep (us) | gloo (us) | mep/gloo speed |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -3,19 +3,22 @@
 #   - 8-byte all-reduce latency and all-reduce bus bandwidth from 4 KiB to
 #     256 MiB, on 2 and 4 ranks (mep-perf);
 #   - the one-shot / two-shot crossover on 3 and 4 ranks: all-reduce forced
-#     one-shot and forced two-shot on the same sizes (2 ranks always use
-#     one-shot: both move the same bytes and one-shot has one step less);
+#     one-shot and forced two-shot on the same sizes;
 #   - the reference: the single-pair bandwidth mep-plugin-check --bench
 #     measures for tcp, in the same run.
-# Prints markdown for docs/perf.md. Usage: scripts/bench-coll.sh
+# Prints markdown for docs/perf.md. MEP_BUILD=DIR takes the binaries of
+# an existing build (a device machine's, say) instead of scripts/setup.sh's.
+# Usage: [MEP_BUILD=DIR] scripts/bench-coll.sh
 set -euo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 export MEP_TCP_IFNAME=${MEP_TCP_IFNAME:-lo}  # loopback: everything runs on this host
 cd "$(dirname "$0")/.."
-./scripts/setup.sh >/dev/null
-perf=build/tools/perf/mep-perf
-check=build/tools/plugin-check/mep-plugin-check
-tcp=build/plugins/tcp/libmep-transport-tcp.so
+b=${MEP_BUILD:-build}
+[ -n "${MEP_BUILD:-}" ] || ./scripts/setup.sh >/dev/null
+perf=$b/tools/perf/mep-perf
+check=$b/tools/plugin-check/mep-plugin-check
+tcp=$b/plugins/tcp/libmep-transport-tcp.so
+export MEP_PLUGIN_PATH=$PWD/$b/plugins/tcp
 export MEP_TRANSPORTS=tcp
 
 rows() { grep -E '^ +[0-9]' | awk '{printf "| %s | %s | %s |\n", $1, $6, $8}'; }

@@ -224,6 +224,8 @@ def grown(ctx, mep, size):
     dist.all_gather(outs, torch.full((3,), float(ctx.rank)))
     assert [o[0].item() for o in outs] == [float(r) for r in range(size)]
     assert mep.get_active_ranks().tolist() == [1] * size
+    # no rank leaves (a lost peer to the others) before all have looked
+    dist.all_reduce(torch.ones(1))
     dist.destroy_process_group()
     return "ok"
 
