@@ -18,7 +18,8 @@ b=${MEP_BUILD:-build}
 perf=$b/tools/perf/mep-perf
 check=$b/tools/plugin-check/mep-plugin-check
 tcp=$b/plugins/tcp/libmep-transport-tcp.so
-export MEP_PLUGIN_PATH=$PWD/$b/plugins/tcp
+MEP_PLUGIN_PATH=$(cd "$b/plugins/tcp" && pwd)
+export MEP_PLUGIN_PATH
 export MEP_TRANSPORTS=tcp
 
 rows() { grep -E '^ +[0-9]' | awk '{printf "| %s | %s | %s |\n", $1, $6, $8}'; }

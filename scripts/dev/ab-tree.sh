@@ -5,9 +5,11 @@
 # and without CUDA (inih from .carry/inih where the system has none).
 # REPS times, the builds interleaved: mep-perf's OPS (default allreduce)
 # on RANKS (default 2 4) ranks from 1 MiB to 64 MiB with PERF_ARGS (e.g.
-# --in-place), then scripts/bench-c10d.py --quick $C10D_ARGS (mep against
+# --in-place), at each of CHUNKS ([core] chunk_bytes; default: the
+# default), then scripts/bench-c10d.py --quick $C10D_ARGS (mep against
 # gloo; default --ops all_reduce; C10D_ARGS=- skips it). The mep-perf rows
-# go under headers scripts/dev/ab-table.py reads.
+# go under headers scripts/dev/ab-table.py reads (build,chunk=N n=RANKS
+# OP rep=I, ",chunk=N" where CHUNKS is set).
 # Usage: scripts/dev/ab-tree.sh BEFORE_DIR [REPS]
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
@@ -25,16 +27,22 @@ opts=(-Dtests=false -Dc10d=$c10d -Dcuda=disabled -Dverbs=disabled
 for v in before after; do
   src=$PWD
   [ $v = before ] && src=$before
+  rm -rf "/tmp/ab-$v"
   (cd "$src" && meson setup "/tmp/ab-$v" "${opts[@]}" >/dev/null &&
      ninja -C "/tmp/ab-$v" >/dev/null) || { echo "build $v failed" >&2; exit 1; }
 done
 export MEP_TCP_IFNAME=lo MEP_TRANSPORTS=tcp MEP_LOG=error
 echo "# $(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for ((i = 1; i <= reps; i++)); do
-  for n in ${RANKS:-2 4}; do for op in ${OPS:-allreduce}; do for v in before after; do
-    echo "== $v n=$n $op rep=$i"
-    MEP_PLUGIN_PATH=/tmp/ab-$v/plugins/tcp timeout 120 "/tmp/ab-$v/tools/perf/mep-perf" \
-      -n "$n" -o "$op" -b 1M -e 64M -f 4 -w 2 -i 8 ${PERF_ARGS:-} | grep -E '^ +[0-9]'
+  for n in ${RANKS:-2 4}; do for op in ${OPS:-allreduce}; do for ch in ${CHUNKS:--}; do
+    for v in before after; do
+      tag=$v chunk=()
+      [ "$ch" = - ] || { tag="$v,chunk=$ch"; chunk=(MEP_CORE_CHUNK_BYTES="$ch"); }
+      echo "== $tag n=$n $op rep=$i"
+      env "${chunk[@]}" MEP_PLUGIN_PATH="/tmp/ab-$v/plugins/tcp" timeout 120 \
+        "/tmp/ab-$v/tools/perf/mep-perf" -n "$n" -o "$op" -b 1M -e 64M -f 4 -w 2 -i 8 \
+        ${PERF_ARGS:-} | grep -E '^ +[0-9]'
+    done
   done; done; done
 done
 [ "${C10D_ARGS:-}" = - ] && exit 0
