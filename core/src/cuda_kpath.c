@@ -442,7 +442,7 @@ static int launch(const mep__dc_group_t *g, const mep__cuda_op_t *op) {
                             op->stream);
   case MEP__COLL_BROADCAST:
     return mep__dc_broadcast(g, op->recv, op->count * mep_dtype_size(op->dtype),
-                             op->root, op->stream);
+                             op->root, 0, op->stream);
   default:
     return mep__err(MEP_ERR_INVALID, "collective %d on CUDA memory",
                     op->kind);

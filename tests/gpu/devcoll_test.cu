@@ -584,9 +584,11 @@ static void test_alltoall(Sim &s) {
   group_line("N=%d alltoall (sizes, in place)", s.n);
 }
 
-static void test_broadcast(Sim &s) {
+/* algo 0 (auto), 1 (direct) and 2 (split: the takers' pieces), every
+ * size with another root. */
+static void test_broadcast(Sim &s, int algo) {
   size_t cm = mep__dc_chunk_max(&s.g[0]);
-  int i = 0;
+  int i = algo;
   for (size_t bytes : sizes_for(cm, (8u << 20) + 5)) {
     int root = i++ % s.n;
     size_t off = (bytes & 1) ? 1 : 0;
@@ -598,17 +600,19 @@ static void test_broadcast(Sim &s) {
     }
     CK(cudaDeviceSynchronize());
     for (int r = 0; r < s.n; ++r) {
-      int rc = mep__dc_broadcast(&s.g[r], s.dout[r] + off, bytes, root, s.st[r]);
-      check(rc == 0, "broadcast rank %d returned %d: %s", r, rc,
+      int rc = mep__dc_broadcast(&s.g[r], s.dout[r] + off, bytes, root, algo,
+                                 s.st[r]);
+      check(rc == 0, "broadcast algo %d rank %d returned %d: %s", algo, r, rc,
             mep__dc_last_error());
     }
     CK(cudaDeviceSynchronize());
     for (int r = 0; r < s.n; ++r)
-      check_out(download(s.dout[r] + off, bytes + GUARD), data, "broadcast",
+      check_out(download(s.dout[r] + off, bytes + GUARD), data,
+                algo == 2 ? "broadcast 2" : algo ? "broadcast 1" : "broadcast",
                 s.n, r, "bytes", bytes);
   }
   check_status(s, 0, "broadcast");
-  group_line("N=%d broadcast (sizes, roots)", s.n);
+  group_line("N=%d broadcast algo %d (sizes, roots)", s.n, algo);
 }
 
 /* ----------------------------------------------------------------- faults */
@@ -660,6 +664,46 @@ static void test_no_show(Sim &s, int algo) {
   for (int r = 0; r < s.n; ++r) s.g[r].timeout_ns = 5000000000ull;
   sim_reset(s);
   group_line("N=%d rank %d never launches, algo %d (%.3f s)", s.n, v, algo,
+             secs);
+}
+
+/* The same for a broadcast from rank 0 (the split algorithm: the pieces
+ * are dealt among the takers that came). */
+static void test_no_show_broadcast(Sim &s) {
+  if (s.n < 2) return;
+  int v = s.n - 1;
+  const uint64_t tmo = 200000000ull;
+  size_t bytes = 3 * mep__dc_chunk_max(&s.g[0]) + 7;
+  std::vector<uint8_t> data(bytes);
+  fill_bytes(data.data(), bytes);
+  for (int r = 0; r < s.n; ++r) {
+    CK(cudaMemset(s.dout[r], PATTERN, bytes + GUARD));
+    s.g[r].timeout_ns = tmo;
+  }
+  upload(s.dout[0], data);
+  CK(cudaDeviceSynchronize());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < v; ++r) {
+    int rc = mep__dc_broadcast(&s.g[r], s.dout[r], bytes, 0, 2, s.st[r]);
+    check(rc == 0, "no-show broadcast rank %d returned %d: %s", r, rc,
+          mep__dc_last_error());
+  }
+  CK(cudaDeviceSynchronize());
+  double secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0).count();
+  check(secs < tmo * 1e-9 + 2.0,
+        "no-show broadcast N=%d: took %.3f s (timeout %.3f s)", s.n, secs,
+        tmo * 1e-9);
+  for (int r = 0; r < v; ++r) {
+    check(*s.status[r] == (1u << v),
+          "no-show broadcast N=%d rank %d: status 0x%x, want 0x%x", s.n, r,
+          *s.status[r], 1u << v);
+    check_out(download(s.dout[r], bytes + GUARD), data, "no-show broadcast",
+              s.n, r, "bytes", bytes);
+  }
+  for (int r = 0; r < s.n; ++r) s.g[r].timeout_ns = 5000000000ull;
+  sim_reset(s);
+  group_line("N=%d rank %d never launches, broadcast algo 2 (%.3f s)", s.n, v,
              secs);
 }
 
@@ -742,19 +786,22 @@ static void test_inactive(Sim &s) {
     check_out(download(s.dout[r], bytes * s.n + GUARD), want,
               "inactive alltoall", s.n, r, "bytes", bytes);
   }
-  for (int r = 0; r < s.n; ++r) upload(s.dout[r], in[r]);
-  CK(cudaDeviceSynchronize());
-  for (int r = 0; r < s.n; ++r) {
-    int rc = mep__dc_broadcast(&s.g[r], s.dout[r], bytes, 0, s.st[r]);
-    check(rc == (r == k ? MEP_ERR_EXCLUDED : 0),
-          "inactive broadcast rank %d returned %d", r, rc);
-  }
-  CK(cudaDeviceSynchronize());
-  for (int r = 0; r < s.n; ++r) {
-    std::vector<uint8_t> want(in[r == k ? k : 0].begin(),
-                              in[r == k ? k : 0].begin() + bytes);
-    check_out(download(s.dout[r], bytes), want, "inactive broadcast", s.n, r,
-              "bytes", bytes);
+  for (int algo = 1; algo <= 2; ++algo) {
+    for (int r = 0; r < s.n; ++r) upload(s.dout[r], in[r]);
+    CK(cudaDeviceSynchronize());
+    for (int r = 0; r < s.n; ++r) {
+      int rc = mep__dc_broadcast(&s.g[r], s.dout[r], bytes, 0, algo, s.st[r]);
+      check(rc == (r == k ? MEP_ERR_EXCLUDED : 0),
+            "inactive broadcast %d rank %d returned %d", algo, r, rc);
+    }
+    CK(cudaDeviceSynchronize());
+    for (int r = 0; r < s.n; ++r) {
+      std::vector<uint8_t> want(in[r == k ? k : 0].begin(),
+                                in[r == k ? k : 0].begin() + bytes);
+      check_out(download(s.dout[r], bytes), want,
+                algo == 1 ? "inactive broadcast 1" : "inactive broadcast 2",
+                s.n, r, "bytes", bytes);
+    }
   }
   check_status(s, 0, "inactive");
   sim_reset(s);
@@ -893,8 +940,10 @@ static void test_args(Sim &s) {
   check(mep__dc_allreduce(&g, &dummy, &dummy, 1, MEP_FLOAT32, MEP_SUM, 7,
                           nullptr) == MEP_ERR_INVALID,
         "unknown algorithm accepted");
-  check(mep__dc_broadcast(&g, &dummy, 4, s.n, nullptr) == MEP_ERR_INVALID,
+  check(mep__dc_broadcast(&g, &dummy, 4, s.n, 0, nullptr) == MEP_ERR_INVALID,
         "root out of range accepted");
+  check(mep__dc_broadcast(&g, &dummy, 4, 0, 3, nullptr) == MEP_ERR_INVALID,
+        "unknown broadcast algorithm accepted");
   check(mep__dc_reduce_scatter(&g, nullptr, nullptr, 5, MEP_FLOAT32, MEP_SUM,
                                nullptr) == MEP_ERR_INVALID,
         "NULL buffers accepted");
@@ -1094,9 +1143,10 @@ int main(int argc, char **argv) {
     test_reduce_scatter(s);
     test_allgather(s);
     test_alltoall(s);
-    test_broadcast(s);
+    for (int algo = 0; algo <= 2; ++algo) test_broadcast(s, algo);
     test_no_show(s, 1);
     test_no_show(s, 2);
+    test_no_show_broadcast(s);
     test_inactive(s);
     test_graph(s);
     sim_close(s);

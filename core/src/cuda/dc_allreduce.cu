@@ -61,11 +61,10 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_split(lo, hi, E, k, me, &slo, &shi);
     dc_reduce_range<T, OP>(sb, k, out, own + c.chunk, slo, shi);
     unsigned int m1 = dc_barrier(c, sb, 1, m0);
-    for (int r = 0, j = 0; r < c.nranks; ++r) {
+    for (int j = 1; j < c.nranks; ++j) {
+      int r = dc_peer(c, j);
       if (!((m0 >> r) & 1u)) continue;
-      int pos = j++;
-      if (r == c.rank) continue;
-      dc_split(lo, hi, E, k, pos, &slo, &shi);
+      dc_split(lo, hi, E, k, __popc(m0 & ((1u << r) - 1)), &slo, &shi);
       if ((m1 >> r) & 1u)
         dc_copy(out + slo * S, dc_buf(c, sb, r) + c.chunk + slo * S,
                 (shi - slo) * S);

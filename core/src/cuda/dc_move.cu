@@ -1,7 +1,9 @@
 /* dc_move.cu - the collectives that only move bytes: allgather, alltoall
  * and broadcast. Each rank stages what its peers need in its own
  * workspace, one barrier, then every rank copies what it needs from the
- * peers' workspaces (alltoall overlaps that with staging its next round).
+ * peers' workspaces (alltoall overlaps that with staging its next round;
+ * a large broadcast among 3 ranks or more has the others pull pieces of
+ * the root's data, then each other's).
  * Blocks of ranks that are inactive or time out are left untouched in the
  * output. */
 #include "dc_host.h"
@@ -25,9 +27,11 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_copy2(dc_buf(c, sb, c.rank) + lo, recv + c.rank * bpr + off + lo,
              send + off + lo, hi - lo);
     live = dc_barrier(c, sb, 0, live);
-    for (int r = 0; r < c.nranks; ++r)
-      if (r != c.rank && ((live >> r) & 1u))
+    for (int j = 1; j < c.nranks; ++j) {
+      int r = dc_peer(c, j);
+      if ((live >> r) & 1u)
         dc_copy(recv + r * bpr + off + lo, dc_buf(c, sb, r) + lo, hi - lo);
+    }
   }
   dc_end(c, sb);
 }
@@ -98,8 +102,9 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
     const DcSpan own = {recv + mine + nxt.off + nxt.lo,
                         send + mine + nxt.off + nxt.lo, nxt.hi - nxt.lo};
     bool own_left = more && !in_place;
-    for (int r = 0; r < c.nranks; ++r) {
-      if (r == c.rank || !((live >> r) & 1u)) continue;
+    for (int j = 1; j < c.nranks; ++j) {
+      int r = dc_peer(c, j);
+      if (!((live >> r) & 1u)) continue;
       const DcSpan pull = {recv + r * bpr + cur.off + cur.lo,
                            dc_buf_seq(c, sb, r, sb.base + k) +
                                c.rank * stride + cur.lo,
@@ -129,8 +134,10 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
   dc_end(c, sb);
 }
 
-/* Everyone waits for everyone (not only for the root) so that no rank runs
- * two rounds ahead and overwrites a buffer still being read. */
+/* Direct: every rank pulls the whole round from the root. Everyone waits
+ * for everyone (not only for the root) so that no rank runs two rounds
+ * ahead and overwrites a buffer still being read. The root's memory
+ * serves each byte once per peer: fine for 2 ranks and small messages. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_k_broadcast(DcCtx c, char *buf, size_t bytes, size_t per, int root) {
   __shared__ DcBlock sb;
@@ -147,6 +154,74 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
     if (c.rank != root && ((live >> root) & 1u))
       dc_copy(buf + off + lo, dc_buf(c, sb, root) + lo, hi - lo);
   }
+  dc_end(c, sb);
+}
+
+/* Split: the root's round is dealt in pieces among the other ranks that
+ * answered the round's barrier (the takers); each pulls its piece from the
+ * root into its output and its own workspace, and in the next round, while
+ * it pulls its piece of that one, the other takers' pieces from them (in
+ * ring order, so that no rank's memory serves two takers at once). The
+ * root's memory serves each byte once (not once per peer), every taker's
+ * serves its piece to the others, and one barrier per round keeps the
+ * root's staging, the pieces and the exchange of the round before going
+ * together. A taker that vanished leaves its piece to be pulled from the
+ * root.
+ *
+ * Rounds use four areas (dc_area), not two buffers: the pieces of round k
+ * and the root's copy are read until round k + 1's pulls end, and the root
+ * stages round k + 2 during them. Area k + 4 is written only after the
+ * barrier of round k + 3, which every rank raises after its pulls of round
+ * k + 2. The launch's last pulls follow its last barrier; it then skips a
+ * seq, so that the next launch stages its first round (before any barrier)
+ * into the other buffer, not over those pulls' areas. */
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_broadcast_split(DcCtx c, char *buf, size_t bytes, size_t per,
+                         int root) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  const size_t n0 = min(bytes, per);
+  const size_t rounds = bytes / per + (bytes % per != 0);
+  const unsigned int rbit = 1u << root;
+  const bool is_root = c.rank == root;
+  const unsigned int below = (1u << c.rank) - 1;
+  size_t lo, hi, plo = 0, phi = 0, slo, shi;
+  unsigned int prev = 0; /* the takers of the round before */
+  dc_round(sb, 0);
+  dc_range(n0, n0, 16, &lo, &hi);
+  if (is_root) dc_copy(dc_area(c, sb, c.rank, sb.seq) + lo, buf + lo, hi - lo);
+  unsigned int m = dc_barrier(c, sb, 0, sb.start_mask);
+  for (size_t k = 0;; ++k) {
+    const unsigned long long seq = sb.seq;
+    const unsigned int takers = k < rounds && (m & rbit) ? m & ~rbit : 0;
+    /* The sources in ring order (dc_peer): at each step of the loop every
+     * taker reads another rank, the root included. */
+    for (int j = 1; !is_root && j < c.nranks; ++j) {
+      int r = dc_peer(c, j);
+      if (r == root && ((takers >> c.rank) & 1u)) {
+        dc_split(lo, hi, 16, __popc(takers), __popc(takers & below), &slo,
+                 &shi);
+        dc_copy2(buf + k * per + slo, dc_area(c, sb, c.rank, seq) + slo,
+                 dc_area(c, sb, root, seq) + slo, shi - slo);
+      } else if (r != root && ((prev >> c.rank) & (prev >> r) & 1u)) {
+        dc_split(plo, phi, 16, __popc(prev), __popc(prev & ((1u << r) - 1)),
+                 &slo, &shi);
+        const char *from = dc_area(c, sb, ((m >> r) & 1u) ? r : root, seq - 1);
+        dc_copy(buf + (k - 1) * per + slo, from + slo, shi - slo);
+      }
+    }
+    if (k == rounds) break;
+    prev = takers, plo = lo, phi = hi;
+    if (k + 1 < rounds) {
+      dc_range(n0, min(per, bytes - (k + 1) * per), 16, &lo, &hi);
+      if (is_root)
+        dc_copy(dc_area(c, sb, c.rank, seq + 1) + lo, buf + (k + 1) * per + lo,
+                hi - lo);
+    }
+    dc_round(sb, k + 1);
+    m = dc_barrier(c, sb, 0, m);
+  }
+  dc_round(sb, rounds + 1);
   dc_end(c, sb);
 }
 
@@ -204,7 +279,8 @@ extern "C" int mep__dc_alltoall(const mep__dc_group_t *g, const void *send,
 }
 
 extern "C" int mep__dc_broadcast(const mep__dc_group_t *g, void *buf,
-                                 size_t bytes, int root, void *stream) {
+                                 size_t bytes, int root, int algo,
+                                 void *stream) {
   const char *what = "broadcast";
   DcCtx c;
   int rc = dc_prepare(g, what, &c);
@@ -214,9 +290,21 @@ extern "C" int mep__dc_broadcast(const mep__dc_group_t *g, void *buf,
     return dc_fail(MEP_ERR_INVALID,
                    "devcoll: broadcast on rank %d: root %d is not in 0..%d",
                    g->rank, root, g->nranks - 1);
+  if (algo < 0 || algo > 2)
+    return dc_fail(MEP_ERR_INVALID,
+                   "devcoll: broadcast: unknown algorithm %d (0 auto, 1 "
+                   "direct, 2 split)",
+                   algo);
   if (bytes == 0) return 0;
   size_t n0 = bytes < c.chunk ? bytes : c.chunk;
-  dc_k_broadcast<<<dc_blocks(g, n0), DC_THREADS, 0, (cudaStream_t)stream>>>(
-      c, (char *)buf, bytes, c.chunk, root);
+  int nb = dc_blocks(g, n0);
+  cudaStream_t st = (cudaStream_t)stream;
+  if (algo == 2 ||
+      (algo == 0 && g->nranks > 2 && bytes > MEP__DC_BCAST_DIRECT_MAX))
+    dc_k_broadcast_split<<<nb, DC_THREADS, 0, st>>>(c, (char *)buf, bytes,
+                                                    c.chunk, root);
+  else
+    dc_k_broadcast<<<nb, DC_THREADS, 0, st>>>(c, (char *)buf, bytes, c.chunk,
+                                              root);
   return dc_launch_result(g, what);
 }

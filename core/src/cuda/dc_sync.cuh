@@ -108,6 +108,15 @@ __device__ __forceinline__ char *dc_buf(const DcCtx &c, const DcBlock &sb,
   return dc_buf_seq(c, sb, r, sb.seq);
 }
 
+/* Area seq % 4 of rank r's workspace: a half (one result area's size,
+ * c.chunk) of the buffer of round seq. For a kernel that reads a round's
+ * data one round after its barrier (dc_k_broadcast_split), so that it
+ * stays in place three rounds, not one. */
+__device__ __forceinline__ char *dc_area(const DcCtx &c, const DcBlock &sb,
+                                         int r, unsigned long long seq) {
+  return dc_buf_seq(c, sb, r, seq) + (size_t)((seq >> 1) & 1) * c.chunk;
+}
+
 /* Reads the launch counter and the active set. active[] is mapped host
  * memory, and its reads by every block of a launch at once queue up behind
  * each other (the suspected fixed cost of launches with many blocks), so
@@ -219,6 +228,15 @@ __device__ __forceinline__ void dc_end(const DcCtx &c, const DcBlock &sb) {
     *(volatile unsigned long long *)(own + DC_SEQ_OFF) = sb.seq;
     __threadfence();
   }
+}
+
+/* The j-th peer (0 < j < nranks) a rank reads from: the ranks after it in
+ * turn. Were every rank to go through its peers in rank order, all of
+ * them would read rank 0's memory at once, then rank 1's: one rank's
+ * NVLink egress would carry the load of all while the others idle. */
+__device__ __forceinline__ int dc_peer(const DcCtx &c, int j) {
+  int r = c.rank + j;
+  return r < c.nranks ? r : r - c.nranks;
 }
 
 /* Fills sb.src with base + off of every rank in mask, in rank order;

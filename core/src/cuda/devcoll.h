@@ -34,6 +34,8 @@ extern "C" {
 
 /* Total bytes at or below which allreduce algo 0 (auto) picks one-shot. */
 #define MEP__DC_ONESHOT_MAX (512u * 1024u)
+/* Total bytes at or below which broadcast algo 0 pulls all from the root. */
+#define MEP__DC_BCAST_DIRECT_MAX (512u * 1024u)
 /* Most ranks of one group (a rank mask is a 32-bit word; kept small so the
  * per-element loads of all ranks stay in registers). */
 #define MEP__DC_MAX_RANKS 16
@@ -82,8 +84,11 @@ int mep__dc_reduce_scatter(const mep__dc_group_t *g, const void *send,
  * recv. */
 int mep__dc_alltoall(const mep__dc_group_t *g, const void *send, void *recv,
                      size_t bytes_per_rank, void *stream);
+/* algo: 0 auto (split above MEP__DC_BCAST_DIRECT_MAX on 3 ranks or more),
+ * 1 direct (every rank pulls all from the root), 2 split (the others pull
+ * a piece each from the root, then each other's pieces). */
 int mep__dc_broadcast(const mep__dc_group_t *g, void *buf, size_t bytes,
-                      int root, void *stream);
+                      int root, int algo, void *stream);
 
 /* dst[i] = dst[i] op src[i] on the stream; MEP_AVG is a sum here. */
 int mep__dc_reduce_local(void *dst, const void *src, size_t count,
