@@ -12,25 +12,61 @@
  * (of each rank's block for allgather and alltoall); the ranks waited for
  * in a round are those that answered the one before. Our own block never
  * goes through a peer: allgather copies it to the output in the staging
- * pass, alltoall copies it directly. */
+ * pass, alltoall copies it directly.
+ *
+ * allgather pipelines as alltoall does (see there why a buffer is free
+ * when it is staged): round 0 is staged before the loop, and iteration k
+ * pulls round k from the peers while it stages round k + 1, a slice of
+ * it with each peer's pull in one fused copy, then one barrier. In place
+ * (send is our block of recv) our block needs no copy. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_k_allgather(DcCtx c, const char *send, char *recv, size_t bpr,
                    size_t per) {
   __shared__ DcBlock sb;
   if (!dc_begin(c, sb)) return;
   const size_t n0 = min(bpr, per);
+  const size_t rounds = bpr / per + (bpr % per != 0);
+  char *mine = recv + c.rank * bpr;
+  const bool in_place = send == mine;
+  const int slices = c.nranks > 1 ? c.nranks - 1 : 1;
   unsigned int live = sb.start_mask;
-  for (size_t off = 0, k = 0; off < bpr; off += per, ++k) {
-    dc_round(sb, k);
-    size_t lo, hi;
-    dc_range(n0, min(per, bpr - off), 16, &lo, &hi);
-    dc_copy2(dc_buf(c, sb, c.rank) + lo, recv + c.rank * bpr + off + lo,
-             send + off + lo, hi - lo);
-    live = dc_barrier(c, sb, 0, live);
-    for (int j = 1; j < c.nranks; ++j) {
+  size_t lo, hi;
+  dc_round(sb, 0);
+  dc_range(n0, n0, 16, &lo, &hi);
+  dc_copy2(dc_buf(c, sb, c.rank) + lo, in_place ? nullptr : mine + lo,
+           send + lo, hi - lo);
+  live = dc_barrier(c, sb, 0, live);
+  for (size_t k = 0; k < rounds; ++k) {
+    const size_t off = k * per, next = off + per;
+    const bool more = k + 1 < rounds;
+    size_t nlo = 0, nhi = 0;
+    if (more) dc_range(n0, min(per, bpr - next), 16, &nlo, &nhi);
+    char *stage = dc_buf_seq(c, sb, c.rank, sb.seq + 1);
+    for (int j = 1; j <= slices; ++j) {
       int r = dc_peer(c, j);
-      if ((live >> r) & 1u)
-        dc_copy(recv + r * bpr + off + lo, dc_buf(c, sb, r) + lo, hi - lo);
+      size_t slo = 0, shi = 0;
+      if (more) dc_split(nlo, nhi, 16, slices, j - 1, &slo, &shi);
+      const char *from = send + (more ? next + slo : 0);
+      const DcSpan st = {stage + slo, from, shi - slo},
+                   own = {mine + (more ? next + slo : 0), from, shi - slo};
+      if (r == c.rank || !((live >> r) & 1u)) {
+        dc_copy2(st.dst, in_place ? nullptr : own.dst, from, st.n);
+        continue;
+      }
+      const DcSpan pull = {recv + r * bpr + off + lo, dc_buf(c, sb, r) + lo,
+                           hi - lo};
+      if (in_place) {
+        const DcSpan s2[2] = {pull, st};
+        dc_copy_spans(s2);
+      } else {
+        const DcSpan s3[3] = {pull, st, own};
+        dc_copy_spans(s3);
+      }
+    }
+    if (more) {
+      dc_round(sb, k + 1);
+      live = dc_barrier(c, sb, 0, live);
+      lo = nlo, hi = nhi;
     }
   }
   dc_end(c, sb);
