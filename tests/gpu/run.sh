@@ -124,6 +124,8 @@ if want tests; then
     "$b/tests/gpu/cuda_coll" -n 3 --path staged --kill
   # ranks sharing a GPU (time-sliced unless MPS runs)
   t cuda-coll-kernel-4ranks 300 "$b/tests/gpu/cuda_coll" -n 4 --path kernel
+  [ "$ngpu" -ge 8 ] &&
+    t cuda-coll-kernel-8ranks 300 "$b/tests/gpu/cuda_coll" -n 8 --path kernel
   t cuda-coll-big-2ranks 300 "$b/tests/gpu/cuda_coll" -n 2 --big
   # GPU kernels' transports are chosen by what they declare, not by name:
   # nvlink's sources built as "peermap" serve the kernel path
@@ -148,11 +150,12 @@ if want python; then
       ${BENCH_ARGS:-}
     [ -f "$out/bench-cuda.log" ] && cat "$out/bench-cuda.log"
   fi
-  if [ "$ngpu" -ge 4 ]; then
-    t bench-cuda-4ranks 300 python3 scripts/bench-cuda.py --ranks 4 \
-      --json "$out/bench-cuda-4ranks.json" ${BENCH_ARGS:-}
-    [ -f "$out/bench-cuda-4ranks.log" ] && cat "$out/bench-cuda-4ranks.log"
-  fi
+  for n in 4 8; do
+    [ "$ngpu" -ge $n ] || continue
+    t bench-cuda-${n}ranks 300 python3 scripts/bench-cuda.py --ranks $n \
+      --json "$out/bench-cuda-${n}ranks.json" ${BENCH_ARGS:-}
+    [ -f "$out/bench-cuda-${n}ranks.log" ] && cat "$out/bench-cuda-${n}ranks.log"
+  done
 fi
 if want ep; then
   t devwin-2ranks 300 "$b/tests/gpu/devwin/devwin_test" -n 2 --expect ptr
@@ -165,6 +168,8 @@ if want ep; then
   t ep-cuda-4ranks-1gpu-quick 400 env CUDA_VISIBLE_DEVICES=0 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
   [ "$ngpu" -ge 4 ] &&
     t ep-cuda-4ranks-4gpus-quick 400 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
+  [ "$ngpu" -ge 8 ] &&
+    t ep-cuda-8ranks-8gpus-quick 400 "$b/tests/gpu/ep/ep_cuda_test" -n 8 --quick
   # combine's modes where the rule would not pick them (top-k > 2 x ranks
   # reduces): reduce on 2, 3 (a fault among them) and 4 ranks for every
   # shape, push on 2
@@ -243,11 +248,12 @@ if want normal; then
     t bench-ep-normal 300 python3 scripts/bench-ep-normal.py --kernels 20 --json "$out/bench-ep-normal.json"
     [ -f "$out/bench-ep-normal.log" ] && cat "$out/bench-ep-normal.log"
   fi
-  if [ "$ngpu" -ge 4 ]; then
-    t bench-ep-normal-4ranks 300 python3 scripts/bench-ep-normal.py --ranks 4 --kernels 20 \
-      --json "$out/bench-ep-normal-4ranks.json"
-    [ -f "$out/bench-ep-normal-4ranks.log" ] && cat "$out/bench-ep-normal-4ranks.log"
-  fi
+  for n in 4 8; do
+    [ "$ngpu" -ge $n ] || continue
+    t bench-ep-normal-${n}ranks 300 python3 scripts/bench-ep-normal.py --ranks $n --kernels 20 \
+      --json "$out/bench-ep-normal-${n}ranks.json"
+    [ -f "$out/bench-ep-normal-${n}ranks.log" ] && cat "$out/bench-ep-normal-${n}ranks.log"
+  done
 fi
 if want probe; then
   # the host's cost per call against the kernels' own (a / b / c columns),
