@@ -205,12 +205,13 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
  * root.
  *
  * Rounds use four areas (dc_area), not two buffers: the pieces of round k
- * and the root's copy are read until round k + 1's pulls end, and the root
- * stages round k + 2 during them. Area k + 4 is written only after the
- * barrier of round k + 3, which every rank raises after its pulls of round
- * k + 2. The launch's last pulls follow its last barrier; it then skips a
- * seq, so that the next launch stages its first round (before any barrier)
- * into the other buffer, not over those pulls' areas. */
+ * and the root's copy are read until the pulls of iteration k + 1 end, and
+ * the root stages round k + 2 during them. Area k + 4 is written only
+ * after the barrier of round k + 3, which every rank raises when its pulls
+ * of iteration k + 2 are done. The launch's last pulls follow its last
+ * barrier; it then skips a seq, so that the next launch stages its first
+ * round (before any barrier) into the other buffer, not over those pulls'
+ * areas. */
 __global__ void __launch_bounds__(DC_THREADS, 1)
     dc_k_broadcast_split(DcCtx c, char *buf, size_t bytes, size_t per,
                          int root) {
