@@ -668,54 +668,16 @@ static void test_no_show(Sim &s, int algo) {
 }
 
 /* The same for a broadcast from rank 0 (the split algorithm: the pieces
- * are dealt among the takers that came). */
-static void test_no_show_broadcast(Sim &s) {
-  if (s.n < 2) return;
+ * are dealt among the takers that came), and (one_round) a taker that
+ * leaves after its first round: rank v's call is one round long (chunk
+ * bytes), the others' four. v answers the barriers of rounds 0 and 1, so
+ * it is dealt a piece of round 1 that it never pulls; the others time out
+ * on it at round 2's barrier and read that piece from the root instead. */
+static void test_broadcast_lost(Sim &s, bool one_round) {
+  if (s.n < (one_round ? 3 : 2)) return;
   int v = s.n - 1;
   const uint64_t tmo = 200000000ull;
-  size_t bytes = 3 * mep__dc_chunk_max(&s.g[0]) + 7;
-  std::vector<uint8_t> data(bytes);
-  fill_bytes(data.data(), bytes);
-  for (int r = 0; r < s.n; ++r) {
-    CK(cudaMemset(s.dout[r], PATTERN, bytes + GUARD));
-    s.g[r].timeout_ns = tmo;
-  }
-  upload(s.dout[0], data);
-  CK(cudaDeviceSynchronize());
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < v; ++r) {
-    int rc = mep__dc_broadcast(&s.g[r], s.dout[r], bytes, 0, 2, s.st[r]);
-    check(rc == 0, "no-show broadcast rank %d returned %d: %s", r, rc,
-          mep__dc_last_error());
-  }
-  CK(cudaDeviceSynchronize());
-  double secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - t0).count();
-  check(secs < tmo * 1e-9 + 2.0,
-        "no-show broadcast N=%d: took %.3f s (timeout %.3f s)", s.n, secs,
-        tmo * 1e-9);
-  for (int r = 0; r < v; ++r) {
-    check(*s.status[r] == (1u << v),
-          "no-show broadcast N=%d rank %d: status 0x%x, want 0x%x", s.n, r,
-          *s.status[r], 1u << v);
-    check_out(download(s.dout[r], bytes + GUARD), data, "no-show broadcast",
-              s.n, r, "bytes", bytes);
-  }
-  for (int r = 0; r < s.n; ++r) s.g[r].timeout_ns = 5000000000ull;
-  sim_reset(s);
-  group_line("N=%d rank %d never launches, broadcast algo 2 (%.3f s)", s.n, v,
-             secs);
-}
-
-/* A taker that leaves after its first round, in the split broadcast: rank
- * v's call is one round long (chunk bytes), the others' four. v answers
- * the barriers of rounds 0 and 1, so it is dealt a piece of round 1 that
- * it never pulls; the others time out on it at round 2's barrier and read
- * that piece from the root instead. */
-static void test_taker_leaves(Sim &s) {
-  if (s.n < 3) return;
-  int v = s.n - 1;
-  const uint64_t tmo = 200000000ull;
+  const char *what = one_round ? "taker-leaves broadcast" : "no-show broadcast";
   size_t cm = mep__dc_chunk_max(&s.g[0]);
   size_t bytes = 3 * cm + 7;
   std::vector<uint8_t> data(bytes);
@@ -727,31 +689,34 @@ static void test_taker_leaves(Sim &s) {
   upload(s.dout[0], data);
   CK(cudaDeviceSynchronize());
   auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < s.n; ++r) {
+  for (int r = 0; r < (one_round ? s.n : v); ++r) {
     int rc = mep__dc_broadcast(&s.g[r], s.dout[r], r == v ? cm : bytes, 0, 2,
                                s.st[r]);
-    check(rc == 0, "taker-leaves broadcast rank %d returned %d: %s", r, rc,
+    check(rc == 0, "%s rank %d returned %d: %s", what, r, rc,
           mep__dc_last_error());
   }
   CK(cudaDeviceSynchronize());
   double secs = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - t0).count();
-  check(secs < tmo * 1e-9 + 2.0,
-        "taker-leaves broadcast N=%d: took %.3f s (timeout %.3f s)", s.n, secs,
-        tmo * 1e-9);
+  check(secs < tmo * 1e-9 + 2.0, "%s N=%d: took %.3f s (timeout %.3f s)",
+        what, s.n, secs, tmo * 1e-9);
   for (int r = 0; r < v; ++r) {
-    check(*s.status[r] == (1u << v),
-          "taker-leaves broadcast N=%d rank %d: status 0x%x, want 0x%x", s.n,
-          r, *s.status[r], 1u << v);
-    check_out(download(s.dout[r], bytes + GUARD), data,
-              "taker-leaves broadcast", s.n, r, "bytes", bytes);
+    check(*s.status[r] == (1u << v), "%s N=%d rank %d: status 0x%x, want 0x%x",
+          what, s.n, r, *s.status[r], 1u << v);
+    check_out(download(s.dout[r], bytes + GUARD), data, what, s.n, r, "bytes",
+              bytes);
   }
-  std::vector<uint8_t> first(data.begin(), data.begin() + cm);
-  check_out(download(s.dout[v], cm), first, "taker-leaves broadcast (its round)",
-            s.n, v, "bytes", cm);
+  if (one_round) {
+    std::vector<uint8_t> first(data.begin(), data.begin() + cm);
+    check_out(download(s.dout[v], cm), first,
+              "taker-leaves broadcast (its round)", s.n, v, "bytes", cm);
+  }
   for (int r = 0; r < s.n; ++r) s.g[r].timeout_ns = 5000000000ull;
   sim_reset(s);
-  group_line("N=%d rank %d leaves the split broadcast after a round (%.3f s)",
+  group_line(one_round ? "N=%d rank %d leaves the split broadcast after a "
+                         "round (%.3f s)"
+                       : "N=%d rank %d never launches, broadcast algo 2 "
+                         "(%.3f s)",
              s.n, v, secs);
 }
 
@@ -1194,8 +1159,8 @@ int main(int argc, char **argv) {
     for (int algo = 0; algo <= 2; ++algo) test_broadcast(s, algo);
     test_no_show(s, 1);
     test_no_show(s, 2);
-    test_no_show_broadcast(s);
-    test_taker_leaves(s);
+    test_broadcast_lost(s, false);
+    test_broadcast_lost(s, true);
     test_inactive(s);
     test_graph(s);
     sim_close(s);
