@@ -1,11 +1,11 @@
 /*
  * test_tcp_reconnect - a rank is dropped and replaced, again and again
  * (transport ABI 1.1). One "survivor" context lives through the test; a
- * sequence of replacement processes of the other rank (fork; each a new
- * context: new address blob, same secret, same rank) connects to it, in
- * both roles: the survivor as rank 0 of 2 (it dials, 1 socket per peer)
- * and as rank 1 of 3 (it accepts, 3 sockets per peer; rank 2 never
- * connects: env->size counts rank slots). Each of 100 cycles per role:
+ * sequence of replacement processes of the other rank (fork and exec;
+ * each a new context: new address blob, same secret, same rank) connects
+ * to it, in both roles: the survivor as rank 0 of 2 (it dials, 1 socket
+ * per peer) and as rank 1 of 3 (it accepts, 3 sockets per peer; rank 2
+ * never connects: env->size counts rank slots). Each of 100 cycles per role:
  * connect, random writes of odd sizes (0, 1, odd, striped) and signals
  * both ways, verified byte for byte, then one of these ends:
  *  - the replacement is SIGKILLed, and the survivor closes at once, or
@@ -33,6 +33,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <poll.h>
@@ -68,6 +69,7 @@ size_t __sanitizer_get_current_allocated_bytes(void);
 #define CLOSE_LIMIT_S 1.0
 
 static uint8_t g_secret[24];
+static uint64_t g_seed; /* main's; the secret is made from it */
 
 /* ----------------------------------------------------------- the plan */
 
@@ -272,9 +274,9 @@ typedef struct child_cfg {
   int cycle;
 } child_cfg_t;
 
-/* The parent's fds (its context's sockets, epoll set, other children's
- * control sockets) must not stay open here: a connection the survivor
- * closes would stay up. */
+/* No fd but cfd may stay open here: one the survivor closes would keep
+ * its connection up. Those of the plugin and of this test are all
+ * close-on-exec; what the test's own parent passed on may not be. */
 static void close_inherited(int keep) {
   int fds[1024], n = 0;
   DIR *d = opendir("/proc/self/fd");
@@ -306,7 +308,6 @@ static int recv_result(int cfd, char *msg, size_t cap, int timeout_ms) {
 
 static _Noreturn void child_main(int cfd, const child_cfg_t *c) {
   close_inherited(cfd);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(90);
   side_t s = {.who = "replacement", .peer = 1 - c->rank};
   tt_open(&s.h, c->rank, c->size, g_secret, sizeof g_secret, c->nsock, "lo",
@@ -371,23 +372,57 @@ typedef struct child {
   int cycle;
 } child_t;
 
+/* The replacement is a new program, not a copy of this one: fork() and
+ * exec. A forked copy of a process with more threads than its own (the
+ * survivor's context may run a sender thread) inherits every lock another
+ * thread held at the fork, taken for good; an allocator's among them
+ * (ASan's, whose runtime here takes no lock around fork()) leaves the
+ * copy's own threads stuck at their first malloc. */
 static child_t spawn(const child_cfg_t *cfg, const uint8_t *sblob,
                      size_t sblob_len) {
   int sv[2];
   TT_CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
            "socketpair");
+  char a[9][32];
+  snprintf(a[0], sizeof a[0], "%d", sv[1]);
+  snprintf(a[1], sizeof a[1], "%#" PRIx64, g_seed);
+  snprintf(a[2], sizeof a[2], "%d", cfg->rank);
+  snprintf(a[3], sizeof a[3], "%d", cfg->size);
+  snprintf(a[4], sizeof a[4], "%d", cfg->nsock);
+  snprintf(a[5], sizeof a[5], "%d", cfg->timeout_ms);
+  snprintf(a[6], sizeof a[6], "%d", cfg->gate);
+  snprintf(a[7], sizeof a[7], "%#" PRIx64, cfg->seed);
+  snprintf(a[8], sizeof a[8], "%d", cfg->cycle);
+  char *argv[] = {"test_tcp_reconnect", "--child", a[0], a[1], a[2], a[3],
+                  a[4], a[5], a[6], a[7], a[8], NULL};
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
   TT_CHECK(pid >= 0, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    close(sv[0]);
-    child_main(sv[1], cfg);
+  if (pid == 0) { /* async-signal-safe calls only until exec */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    fcntl(sv[1], F_SETFD, 0);
+    execv("/proc/self/exe", argv);
+    _exit(127);
   }
   close(sv[1]);
   tt_send(sv[0], sblob, sblob_len);
   return (child_t){.pid = pid, .cfd = sv[0], .seed = cfg->seed,
                    .cycle = cfg->cycle};
+}
+
+/* main() of a replacement: argv as spawn() writes it. */
+static int child_entry(char **argv) {
+  int cfd = atoi(argv[2]);
+  g_seed = strtoull(argv[3], NULL, 0);
+  tt_fill(g_secret, g_seed, 0, sizeof g_secret);
+  child_cfg_t c = {.rank = atoi(argv[4]), .size = atoi(argv[5]),
+                   .nsock = atoi(argv[6]), .timeout_ms = atoi(argv[7]),
+                   .gate = atoi(argv[8]),
+                   .seed = strtoull(argv[9], NULL, 0),
+                   .cycle = atoi(argv[10])};
+  signal(SIGPIPE, SIG_IGN);
+  child_main(cfd, &c);
 }
 
 static void reap(child_t *ch, int want_sig, const char *what) {
@@ -755,7 +790,9 @@ static void run_role(int rank, int size, int nsock, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 11 && !strcmp(argv[1], "--child")) return child_entry(argv);
   uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : tt_seed();
+  g_seed = seed;
   printf("seed %#" PRIx64 "\n", seed);
   fflush(stdout);
   alarm(290);
