@@ -4,7 +4,8 @@
  * One context per communicator: a listening socket on the configured
  * interface, k sockets per peer, an epoll set that poll() drives without
  * blocking and that the core may sleep on (props.event_fd). One thread of
- * its own at most: the sender thread of large writes (sender.c).
+ * its own at most: the sender thread of large writes (sender.c). A child
+ * forked from the process lets go of the sockets (fork.c).
  */
 #include <arpa/inet.h>
 #include <stddef.h>
@@ -59,6 +60,7 @@ static uint64_t new_incarnation(const tcp_ctx_t *ctx) {
 static int tcp_fini(mep_tp_ctx_t *ctxp) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
+  mep__tcp_fork_unwatch(ctx);
   if (ctx->tx_started) mep__tcp_tx_stop(ctx);
   mep__tcp_hs_free_all(ctx);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
@@ -128,6 +130,7 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
     ctx->tx_started = 1;
     rc = mep__tcp_tx_start(ctx);
   }
+  if (!rc) rc = mep__tcp_fork_watch(ctx);
   if (rc) {
     tcp_fini(ctx);
     return rc;

@@ -4,6 +4,8 @@
  * Threads and locks. poll() runs on one thread (the "poll thread"); every
  * other entry point may run on any thread at the same time. Locks, always
  * taken in this order and never held across a blocking call:
+ *   fork.c's    the list of live contexts; around fork(), its handlers
+ *               hold it and every context's poll_mu and mu
  *   ctx->poll_mu held by poll() throughout, and by whoever frees a peer's
  *               fds or memory (close, connect, see "Lifetime" below), so
  *               nothing is freed under the poll thread's feet
@@ -270,6 +272,10 @@ typedef struct tcp_ctx {
   tcp_sock_t *tx_head, *tx_tail; /* queues handed over, TCP_TX_LISTED */
   int tx_sleeping, tx_stop;
   tcp_tx_work_t tx_work;
+
+  /* the live contexts, for a forked child (fork.c) */
+  struct tcp_ctx *fork_next;
+  int fork_watched;
 } tcp_ctx_t;
 
 /* config.c */
@@ -370,6 +376,13 @@ int mep__tcp_tx_busy(tcp_peer_t *p);
 /* p dead, its mu not held: returns once the sender thread owns nothing
  * of p, so p's fds may be closed and its queues freed. */
 void mep__tcp_tx_quiesce(tcp_peer_t *p);
+
+/* fork.c */
+/* init, last: from now on a child forked from this process lets go of
+ * ctx's sockets. */
+int mep__tcp_fork_watch(tcp_ctx_t *ctx);
+/* fini, first (and harmless for a ctx never watched). */
+void mep__tcp_fork_unwatch(tcp_ctx_t *ctx);
 
 /* bye.c */
 int mep__tcp_close(mep_tp_ep_t *ep);

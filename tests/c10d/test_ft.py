@@ -6,8 +6,10 @@ poll get_peer_state and call recover_ranks, and a full-group all_reduce is
 right again. Mooncake's recovery recipe, run as Mooncake's users write it
 (`import mep as ep`, the backend object, the truth of a peer state). And a
 group that grows beyond its initial size."""
+import ctypes
 import datetime
 import os
+import signal
 import time
 
 import pytest
@@ -245,3 +247,63 @@ def test_grow_group():
         ranks.close()
         raise
     assert set(ranks.wait().values()) == {"ok"}
+
+
+def forking_member(ctx, victim, marker):
+    """The victim forks a child that outlives it (as a DataLoader worker
+    may), then dies; the survivors' next all_reduce must not wait for the
+    child's end or the timeout."""
+    init(ctx)
+    x = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, range(ctx.world)))
+    if ctx.rank == victim:
+        pid = os.fork()
+        if pid == 0:  # lives until the survivors are done (30 s at most)
+            end = time.monotonic() + 30
+            while os.path.exists(marker) and time.monotonic() < end:
+                time.sleep(0.05)
+            os._exit(0)
+        ctx.store.set("child", str(pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+    child = int(ctx.store.get("child"))
+    y = torch.full((64,), float(ctx.rank + 1))
+    t0 = time.monotonic()
+    dist.all_reduce(y)
+    elapsed = time.monotonic() - t0
+    os.kill(child, 0)  # still alive: it held copies of the victim's sockets
+    survivors = [r for r in range(ctx.world) if r != victim]
+    assert torch.equal(y, full(ctx.world, survivors)), y
+    assert elapsed < TIMEOUT_S / 4, (
+        f"all_reduce after the loss took {elapsed:.1f} s: the victim's forked "
+        "child kept its connections up")
+    dist.all_reduce(torch.ones(1))  # both survivors checked the child
+    return "ok"
+
+
+def test_lose_a_rank_that_forked(tmp_path):
+    world, victim = 3, 1
+    marker = tmp_path / "child-may-live"
+    marker.touch()
+    # The child, orphaned by the victim's death, is reparented here and
+    # reaped below.
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    PR_SET_CHILD_SUBREAPER = 36
+    assert prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    child = None
+    try:
+        ranks = Ranks(forking_member, world, (victim, str(marker)), timeout_s=90)
+        try:
+            got = ranks.wait(expect_dead=(victim,))
+        finally:
+            child = ranks.store.get("child") if ranks.store.check(["child"]) else None
+    finally:
+        marker.unlink()
+        if child is not None:
+            pid, deadline = int(child), time.monotonic() + 10
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+    assert set(got.values()) == {"ok"}
