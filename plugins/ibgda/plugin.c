@@ -34,9 +34,17 @@ static uint64_t new_incarnation(const void *salt) {
   return v ? v : 1;
 }
 
+/* In a forked child, the endpoints' liveness sockets (rdma_fork.h). */
+static void fork_endpoints(void *arg, int dead) {
+  const ibgda_ctx_t *ctx = arg;
+  for (int r = 0; r < ctx->size; r++)
+    if (ctx->peers[r]) mep__rdma_fork_let_go(ctx->peers[r]->link_fd, dead);
+}
+
 static int ibgda_fini(mep_tp_ctx_t *ctxp) {
   ibgda_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
+  mep__rdma_fork_unwatch(&ctx->fork);
   for (int r = 0; ctx->peers && r < ctx->size; r++) {
     ibgda_ep_t *ep = ctx->peers[r];
     if (!ep) continue;
@@ -142,6 +150,13 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->cq_mu, NULL);
   ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers);
   rc = ctx->peers ? open_backend(ctx) : MEP_ERR_NOMEM;
+  if (!rc) {
+    ctx->fork = (mep__rdma_forkwatch_t){.locks = {&ctx->mu},
+                                        .boot = &ctx->boot,
+                                        .endpoints = fork_endpoints,
+                                        .arg = ctx};
+    rc = mep__rdma_fork_watch(&ctx->fork);
+  }
   if (rc) {
     if (rc == MEP_ERR_NOMEM)
       env->set_error("ibgda: init: out of memory for %d peers", env->size);

@@ -104,9 +104,25 @@ static int open_boot(verbs_ctx_t *ctx) {
   return 0;
 }
 
+/* In a forked child, the endpoints' liveness sockets (rdma_fork.h). */
+static void fork_endpoints(void *arg, int dead) {
+  const verbs_ctx_t *ctx = arg;
+  for (int r = 0; r < ctx->size; r++)
+    if (ctx->peers[r]) mep__rdma_fork_let_go(ctx->peers[r]->link_fd, dead);
+}
+
+static int watch_fork(verbs_ctx_t *ctx) {
+  ctx->fork = (mep__rdma_forkwatch_t){.locks = {&ctx->poll_mu, &ctx->mu},
+                                      .boot = &ctx->boot,
+                                      .endpoints = fork_endpoints,
+                                      .arg = ctx};
+  return mep__rdma_fork_watch(&ctx->fork);
+}
+
 static int verbs_fini(mep_tp_ctx_t *ctxp) {
   verbs_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
+  mep__rdma_fork_unwatch(&ctx->fork);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
     if (ctx->peers[r]) mep__verbs_ep_retire(ctx->peers[r], 0);
   for (int r = 0; ctx->tombs && r < ctx->size; r++)
@@ -180,6 +196,7 @@ static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   if (!rc) rc = open_fds(ctx);
   if (!rc) rc = open_boot(ctx);
   if (!rc) mep__verbs_gpu_probe(ctx);
+  if (!rc) rc = watch_fork(ctx);
   if (rc) {
     verbs_fini(ctx);
     return rc;

@@ -53,6 +53,7 @@
 
 #include "handshake.h"
 #include "rdma_dev.h"
+#include "rdma_fork.h"
 #include "mep/transport.h"
 
 #define VERBS_LOG(ctx, lvl, ...) ((ctx)->env->log((lvl), __VA_ARGS__))
@@ -279,6 +280,8 @@ typedef struct verbs_ctx {
   mep_tp_completion_t *cq;
   size_t cq_head, cq_n, cq_cap;
   int cq_armed;
+
+  mep__rdma_forkwatch_t fork; /* a forked child lets go of the sockets */
 } verbs_ctx_t;
 
 /* config.c */

@@ -10,7 +10,8 @@
 # with MEP_TRANSPORTS=verbs,tcp, mep-perf -c on 2, 3 and 4 ranks for every
 # collective and send/recv from 1 B to 16 MiB, put/signal at odd sizes and
 # offsets, the fault tests (a rank killed mid-collective, one SIGSTOPped
-# past the deadline, a replacement that rejoins), the EP CPU path and the
+# past the deadline, a replacement that rejoins, a rank killed while a
+# child it forked lives on), the EP CPU path and the
 # c10d backend, all with MEP_TRANSPORTS=verbs; and the ibgda plugin's
 # answer where the RDMA device is not mlx5. Prints one line per test
 # (PASS/FAIL/SKIP name, its seconds) and last "N passed, N failed".
@@ -122,6 +123,8 @@ run plugin-check-4qp 600 env MEP_VERBS_QPS_PER_PEER=4 MEP_VERBS_STRIPE_BYTES=409
   MEP_VERBS_SEND_QUEUE=16 MEP_VERBS_SIGNAL_EVERY=4 MEP_VERBS_MAX_INLINE=0 \
   MEP_VERBS_INFLIGHT_BYTES=64K "$check" --quick "$P"
 run select-verbs-tcp 300 "$B/tests/verbs/test_verbs_select"
+# a rank killed while a child it forked lives on (plugins/verbs/rdma_fork.c)
+run fork-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork"
 run perf-check-2ranks-uint8 900 perf_all 2 uint8
 run perf-check-3ranks 900 perf_all 3 float32
 run perf-check-4ranks 900 perf_all 4 float32

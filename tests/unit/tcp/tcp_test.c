@@ -24,9 +24,11 @@ static const char *cfg_get(const void *cfg, const char *key) {
 static int start(tt_host_t *h, int rank, int size, const uint8_t *secret,
                  size_t secret_len, int nsock, const char *ifname,
                  int timeout_ms) {
-  int rc = mep_plugin_find("tcp", &h->plugin);
+  const char *name = getenv("MEP_TT_PLUGIN");
+  if (!name || !*name) name = "tcp";
+  int rc = mep_plugin_find(name, &h->plugin);
   if (rc) {
-    printf("SKIP: the tcp plugin is not found: %s\n", mep_last_error());
+    printf("SKIP: the %s plugin is not found: %s\n", name, mep_last_error());
     exit(77);
   }
   h->vt = mep_plugin_vtable(h->plugin);

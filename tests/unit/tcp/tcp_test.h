@@ -45,8 +45,9 @@ typedef struct tt_host {
   const char *extra_key, *extra_val; /* one more [tcp] key, or NULL */
 } tt_host_t;
 
-/* Loads the tcp plugin and creates a context of `rank` in `size`. Exits
- * with status 77 (skip) when the plugin cannot be found. */
+/* Loads the tcp plugin (or the one MEP_TT_PLUGIN names, for a test that
+ * holds for every plugin) and creates a context of `rank` in `size`.
+ * Exits with status 77 (skip) when the plugin cannot be found. */
 void tt_open(tt_host_t *h, int rank, int size, const uint8_t *secret,
              size_t secret_len, int nsock, const char *ifname,
              int timeout_ms);
