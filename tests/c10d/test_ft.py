@@ -4,8 +4,10 @@ all_reduce returns within the timeout over the survivors, the active ranks
 show the loss, a replacement joins with is_extension=True, the survivors
 poll get_peer_state and call recover_ranks, and a full-group all_reduce is
 right again. Mooncake's recovery recipe, run as Mooncake's users write it
-(`import mep as ep`, the backend object, the truth of a peer state). And a
-group that grows beyond its initial size."""
+(`import mep as ep`, the backend object, the truth of a peer state). A
+group that grows beyond its initial size. A rank that forked a child and
+died (its loss must not wait for the child), and forks while collectives
+run."""
 import ctypes
 import datetime
 import os
@@ -16,7 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness import Ranks
+from harness import Ranks, run_ranks
 
 TIMEOUT_S = 20  # the process group's timeout: the core's deadline
 BIG = 1 << 20   # elements of the all_reduces a rank is killed among
@@ -307,3 +309,48 @@ def test_lose_a_rank_that_forked(tmp_path):
                 time.sleep(0.05)
         prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     assert set(got.values()) == {"ok"}
+
+
+def busy_forker(ctx, forks):
+    """A thread runs all_reduces while the main thread forks again and
+    again (DataLoader workers started mid-training): the fork handlers take
+    the transports' locks, which must neither deadlock with the progress
+    thread nor disturb the connections the parent keeps."""
+    import threading
+    init(ctx)
+    n, errors, stop = 1 << 16, [], threading.Event()
+
+    def reduce_loop():
+        try:
+            for i in range(1, 1000000):
+                x = torch.full((n,), float(ctx.rank + i))
+                dist.all_reduce(x)
+                want = float(sum(r + i for r in range(ctx.world)))
+                assert x[0].item() == want and x[-1].item() == want, (i, x[0])
+                # every rank stops at the same call
+                flag = torch.tensor([float(stop.is_set())])
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                if flag.item():
+                    return
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    t = threading.Thread(target=reduce_loop)
+    t.start()
+    for _ in range(forks):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    stop.set()
+    t.join(timeout=TIMEOUT_S)
+    assert not t.is_alive(), "the all_reduce thread hangs"
+    if errors:
+        raise errors[0]
+    dist.destroy_process_group()
+    return "ok"
+
+
+def test_fork_while_collectives_run():
+    assert run_ranks(busy_forker, 3, 40, timeout_s=120) == ["ok"] * 3
