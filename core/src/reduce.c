@@ -197,18 +197,87 @@ MEP_COMBINE_ORDER(i64, int64_t, i64)
 MEP_COMBINE(combine_bool_or, uint8_t, bool, ld_bool, OP_OR)
 MEP_COMBINE(combine_bool_and, uint8_t, bool, ld_bool, OP_AND)
 
-/* The four kernels of one accumulator in op order sum, prod, min, max; avg
- * combines as a sum. */
-static combine_fn by_op(mep_op_t op, combine_fn sum, combine_fn prod,
-                        combine_fn min, combine_fn max) {
+/* dst = a op b in one pass, for the dtypes whose accumulator is the
+ * dtype itself: what mep__reduce_pair computes through an accumulator
+ * block, without copying into and out of it. The operands keep their
+ * order (a first), so results match the accumulator's bit for bit. */
+typedef void (*pair_fn)(byte_t *restrict dst, const byte_t *restrict a,
+                        const byte_t *restrict b, size_t n);
+
+#define MEP_PAIR(name, T, sfx, OP)                                          \
+  static void name(byte_t *restrict dst, const byte_t *restrict a,          \
+                   const byte_t *restrict b, size_t n) {                    \
+    MEP_FOR_EACH(n, st_##sfx(dst, i, (T)OP((T)ld_##sfx(a, i),             \
+                                           (T)ld_##sfx(b, i))));           \
+  }
+MEP_PAIR(pair_f32_sum, float, f32, OP_ADD)
+MEP_PAIR(pair_f32_prod, float, f32, OP_MUL)
+MEP_PAIR(pair_f32_min, float, f32, OP_FMIN)
+MEP_PAIR(pair_f32_max, float, f32, OP_FMAX)
+MEP_PAIR(pair_f64_sum, double, f64, OP_ADD)
+MEP_PAIR(pair_f64_prod, double, f64, OP_MUL)
+MEP_PAIR(pair_f64_min, double, f64, OP_FMIN)
+MEP_PAIR(pair_f64_max, double, f64, OP_FMAX)
+MEP_PAIR(pair_w8_sum, uint8_t, u8, OP_ADD)
+MEP_PAIR(pair_w8_prod, uint8_t, u8, OP_MUL)
+MEP_PAIR(pair_w32_sum, uint32_t, u32, OP_ADD)
+MEP_PAIR(pair_w32_prod, uint32_t, u32, OP_MUL)
+MEP_PAIR(pair_w64_sum, uint64_t, u64, OP_ADD)
+MEP_PAIR(pair_w64_prod, uint64_t, u64, OP_MUL)
+MEP_PAIR(pair_i8_min, int8_t, i8, OP_MIN)
+MEP_PAIR(pair_i8_max, int8_t, i8, OP_MAX)
+MEP_PAIR(pair_u8_min, uint8_t, u8, OP_MIN)
+MEP_PAIR(pair_u8_max, uint8_t, u8, OP_MAX)
+MEP_PAIR(pair_i32_min, int32_t, i32, OP_MIN)
+MEP_PAIR(pair_i32_max, int32_t, i32, OP_MAX)
+MEP_PAIR(pair_i64_min, int64_t, i64, OP_MIN)
+MEP_PAIR(pair_i64_max, int64_t, i64, OP_MAX)
+
+/* Where op's kernel stands in the order sum, prod, min, max (avg combines
+ * as a sum), or -1. */
+static int op_index(mep_op_t op) {
   switch (op) {
   case MEP_SUM:
-  case MEP_AVG: return sum;
-  case MEP_PROD: return prod;
-  case MEP_MIN: return min;
-  case MEP_MAX: return max;
+  case MEP_AVG: return 0;
+  case MEP_PROD: return 1;
+  case MEP_MIN: return 2;
+  case MEP_MAX: return 3;
+  }
+  return -1;
+}
+
+static pair_fn pair_by_op(mep_op_t op, pair_fn sum, pair_fn prod,
+                          pair_fn min, pair_fn max) {
+  const pair_fn f[] = {sum, prod, min, max};
+  return op_index(op) < 0 ? NULL : f[op_index(op)];
+}
+
+#define MEP_PAIR_BY_OP(a, b)                                                \
+  pair_by_op(op, pair_##a##_sum, pair_##a##_prod, pair_##b##_min,           \
+             pair_##b##_max)
+
+/* NULL where the accumulator differs from the dtype (float16, bfloat16,
+ * bool). */
+static pair_fn pick_pair(mep_dtype_t dt, mep_op_t op) {
+  switch (dt) {
+  case MEP_FLOAT32: return MEP_PAIR_BY_OP(f32, f32);
+  case MEP_FLOAT64: return MEP_PAIR_BY_OP(f64, f64);
+  case MEP_INT8: return MEP_PAIR_BY_OP(w8, i8);
+  case MEP_UINT8: return MEP_PAIR_BY_OP(w8, u8);
+  case MEP_INT32: return MEP_PAIR_BY_OP(w32, i32);
+  case MEP_INT64: return MEP_PAIR_BY_OP(w64, i64);
+  case MEP_FLOAT16:
+  case MEP_BFLOAT16:
+  case MEP_BOOL: return NULL;
   }
   return NULL;
+}
+
+/* The four kernels of one accumulator, in op_index order. */
+static combine_fn by_op(mep_op_t op, combine_fn sum, combine_fn prod,
+                        combine_fn min, combine_fn max) {
+  const combine_fn f[] = {sum, prod, min, max};
+  return op_index(op) < 0 ? NULL : f[op_index(op)];
 }
 
 #define MEP_BY_OP(a, b) \
@@ -384,6 +453,11 @@ static size_t fuse_block(mep_dtype_t dt) {
 
 void mep__acc_load_pair(mep_dtype_t dt, mep_op_t op, void *acc, const void *a,
                         const void *b, size_t n) {
+  pair_fn pair = valid_pair(dt, op) ? pick_pair(dt, op) : NULL;
+  if (pair && acc != a && acc != b) {
+    pair(acc, a, b, n);
+    return;
+  }
   size_t B = fuse_block(dt), ds = mep_dtype_size(dt), as = mep__acc_size(dt);
   for (size_t i = 0; i < n; i += B) {
     size_t m = n - i < B ? n - i : B;
@@ -396,6 +470,12 @@ void mep__acc_load_pair(mep_dtype_t dt, mep_op_t op, void *acc, const void *a,
 void mep__acc_combine_store(mep_dtype_t dt, mep_op_t op, void *acc,
                             const void *src, void *dst, size_t n,
                             int nranks) {
+  pair_fn pair = valid_pair(dt, op) && nranks > 0 ? pick_pair(dt, op) : NULL;
+  if (pair && dst != acc && dst != src) {
+    pair(dst, acc, src, n);
+    if (op == MEP_AVG) mep__acc_store(dt, op, dst, dst, n, nranks);
+    return;
+  }
   size_t B = fuse_block(dt), ds = mep_dtype_size(dt), as = mep__acc_size(dt);
   for (size_t i = 0; i < n; i += B) {
     size_t m = n - i < B ? n - i : B;
@@ -407,6 +487,16 @@ void mep__acc_combine_store(mep_dtype_t dt, mep_op_t op, void *acc,
 
 void mep__reduce_pair(mep_dtype_t dt, mep_op_t op, void *dst, const void *a,
                       const void *b, size_t n, int nranks) {
+  pair_fn pair = valid_pair(dt, op) && nranks > 0 ? pick_pair(dt, op) : NULL;
+  if (pair && dst != b) {
+    /* in place over a: the combine kernel, whose two pointers differ */
+    if (dst == a)
+      pick_combine(dt, op)(dst, b, n);
+    else
+      pair(dst, a, b, n);
+    if (op == MEP_AVG) mep__acc_store(dt, op, dst, dst, n, nranks);
+    return;
+  }
   _Alignas(64) byte_t blk[FUSE_BYTES];
   size_t B = fuse_block(dt), ds = mep_dtype_size(dt);
   for (size_t i = 0; i < n; i += B) {

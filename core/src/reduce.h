@@ -61,11 +61,13 @@ void mep__acc_store(mep_dtype_t dt, mep_op_t op, const void *acc, void *dst,
                     size_t n, int nranks);
 
 /* The steps above fused, for the first two contributions and for the
- * last one: the same results bit for bit, each operand read once (they
- * run over blocks that stay in cache). load_pair: acc = a op b;
- * combine_store: dst = store(acc op src), acc then holds the sum (any
- * alias of dst and acc as for mep__acc_store); reduce_pair: dst =
- * store(a op b), with no accumulator (dst may be a or b). */
+ * last one: the same results bit for bit, each operand read once (in one
+ * pass where the dtype is its own accumulator, else over blocks that stay
+ * in cache). load_pair: acc = a op b; combine_store: dst = store(acc op
+ * src) (any alias of dst and acc as for mep__acc_store; acc holds the sum
+ * afterwards only where it is dst or the accumulator type differs from
+ * the dtype); reduce_pair: dst = store(a op b), with no accumulator (dst
+ * may be a or b). */
 void mep__acc_load_pair(mep_dtype_t dt, mep_op_t op, void *acc, const void *a,
                         const void *b, size_t n);
 void mep__acc_combine_store(mep_dtype_t dt, mep_op_t op, void *acc,
