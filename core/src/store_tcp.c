@@ -7,12 +7,19 @@
  * the next one, so replies stay in order and a client cannot make the
  * server queue unbounded replies. Values are reference-counted so a GET
  * reply streams the stored bytes without copying them, even if a SET
- * replaces them meanwhile. */
+ * replaces them meanwhile.
+ *
+ * A child forked from the server's process (a DataLoader worker of rank
+ * 0) lets go of the listener and the connections (fork handlers below):
+ * otherwise, should the process die, its clients would see their
+ * connections stay up as long as the child lives, and wait out their
+ * deadlines instead of failing at once. */
 #include "error.h"
 #include "log.h"
 #include "store_proto.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -98,6 +105,10 @@ struct mep_store_server {
   int listen_fd, wake_fd, ep_fd;
   int port;
   pthread_t thread;
+  /* Held where a connection's fd is set or closed and the list changes,
+   * and by the fork handlers, so that a child finds them consistent. */
+  pthread_mutex_t fork_mu;
+  mep_store_server_t *fork_next; /* the live servers (g_servers) */
   conn_t *conns;
   conn_t *dead; /* closed during the current batch, freed after it */
   map_t map;
@@ -260,12 +271,14 @@ static void conn_close(mep_store_server_t *srv, conn_t *c) {
   blob_unref(c->out_blob);
   c->out_blob = NULL;
   epoll_ctl(srv->ep_fd, EPOLL_CTL_DEL, c->fd, NULL);
+  pthread_mutex_lock(&srv->fork_mu);
   close(c->fd);
   c->fd = -1;
   c->state = CLOSED;
   if (c->prev) c->prev->next = c->next;
   else srv->conns = c->next;
   if (c->next) c->next->prev = c->prev;
+  pthread_mutex_unlock(&srv->fork_mu);
   c->next = srv->dead;
   c->prev = NULL;
   srv->dead = c;
@@ -592,13 +605,15 @@ static void accept_one(mep_store_server_t *srv, int fd,
   }
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  c->fd = fd;
   c->events = EPOLLIN;
   c->state = RD_HDR;
   addr_text((const struct sockaddr *)sa, len, c->peer, sizeof c->peer);
+  pthread_mutex_lock(&srv->fork_mu);
+  c->fd = fd;
   c->next = srv->conns;
   if (srv->conns) srv->conns->prev = c;
   srv->conns = c;
+  pthread_mutex_unlock(&srv->fork_mu);
   mep__debug("store: server accepted client %s", c->peer);
 }
 
@@ -729,13 +744,79 @@ static int local_port(int fd) {
   return ntohs(((struct sockaddr_in *)&sa)->sin_port);
 }
 
+/* ---------------------------------------------------------------- fork */
+
+static pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
+static mep_store_server_t *g_servers; /* by fork_next */
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+static int g_fork_ok;
+
+static void fork_lock(void) {
+  pthread_mutex_lock(&g_fork_mu);
+  for (mep_store_server_t *s = g_servers; s; s = s->fork_next)
+    pthread_mutex_lock(&s->fork_mu);
+}
+
+static void fork_unlock(void) {
+  for (mep_store_server_t *s = g_servers; s; s = s->fork_next)
+    pthread_mutex_unlock(&s->fork_mu);
+  pthread_mutex_unlock(&g_fork_mu);
+}
+
+/* In the child: each socket becomes an unconnected one under the same
+ * number (async-signal-safe calls only). */
+static void let_go(int fd, int dead) {
+  if (fd < 0) return;
+  if (dead < 0 || dup3(dead, fd, O_CLOEXEC) < 0) close(fd);
+}
+
+static void fork_child(void) {
+  int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  for (mep_store_server_t *s = g_servers; s; s = s->fork_next) {
+    let_go(s->listen_fd, dead);
+    for (conn_t *c = s->conns; c; c = c->next) let_go(c->fd, dead);
+  }
+  if (dead >= 0) close(dead);
+  fork_unlock();
+}
+
+static void fork_install(void) {
+  g_fork_ok = !pthread_atfork(fork_lock, fork_unlock, fork_child);
+}
+
+static int fork_watch(mep_store_server_t *srv) {
+  pthread_once(&g_fork_once, fork_install);
+  if (!g_fork_ok)
+    return mep__err(MEP_ERR_SYSTEM, "store: server start: installing the "
+                    "fork handlers failed");
+  pthread_mutex_lock(&g_fork_mu);
+  srv->fork_next = g_servers;
+  g_servers = srv;
+  pthread_mutex_unlock(&g_fork_mu);
+  return MEP_OK;
+}
+
+static void fork_unwatch(mep_store_server_t *srv) {
+  pthread_mutex_lock(&g_fork_mu);
+  for (mep_store_server_t **pp = &g_servers; *pp; pp = &(*pp)->fork_next)
+    if (*pp == srv) {
+      *pp = srv->fork_next;
+      break;
+    }
+  pthread_mutex_unlock(&g_fork_mu);
+}
+
+/* ------------------------------------------------------- start and stop */
+
 static void server_free(mep_store_server_t *srv) {
+  fork_unwatch(srv);
   while (srv->conns) conn_close(srv, srv->conns);
   free_dead(srv);
   map_free(&srv->map);
   if (srv->ep_fd >= 0) close(srv->ep_fd);
   if (srv->wake_fd >= 0) close(srv->wake_fd);
   if (srv->listen_fd >= 0) close(srv->listen_fd);
+  pthread_mutex_destroy(&srv->fork_mu);
   free(srv);
 }
 
@@ -754,6 +835,7 @@ int mep_store_server_start(const char *host, int port,
   mep_store_server_t *srv = calloc(1, sizeof *srv);
   if (!srv) return mep__err(MEP_ERR_NOMEM, "store: server start: no memory");
   srv->listen_fd = srv->wake_fd = srv->ep_fd = -1;
+  pthread_mutex_init(&srv->fork_mu, NULL);
   int rc = open_listener(host, port, &srv->listen_fd);
   if (rc != MEP_OK) {
     server_free(srv);
@@ -768,6 +850,10 @@ int mep_store_server_start(const char *host, int port,
     rc = mep__err_errno(MEP_ERR_SYSTEM, errno,
                         "store: server on port %d cannot set up its event "
                         "loop", srv->port);
+    server_free(srv);
+    return rc;
+  }
+  if ((rc = fork_watch(srv)) != MEP_OK) {
     server_free(srv);
     return rc;
   }

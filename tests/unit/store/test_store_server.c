@@ -559,26 +559,52 @@ static void case_stop(void) {
   mep_store_server_stop(srv);
 }
 
-static void case_killed(void) {
-  int p[2];
-  EXPECT(pipe(p) == 0, "pipe");
+/* forked: the server's process forks a child that outlives it (as a
+ * DataLoader worker of rank 0 would); its death must show all the same. */
+static void killed(int forked) {
+  int p[2], q[2]; /* server to test, test to server */
+  EXPECT(pipe(p) == 0 && pipe(q) == 0, "pipe");
+  /* This process adopts the orphaned grandchild, to reap it. */
+  EXPECT(!forked || prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "subreaper");
   /* The server in a child, so that it can die by SIGKILL. */
   pid_t pid = fork_alone();
   if (pid == 0) {
     close(p[0]);
+    close(q[1]);
     int port;
     mep_store_server_t *srv = server("127.0.0.1", &port);
     EXPECT(write(p[1], &port, sizeof port) == sizeof port, "write");
+    int child = 0;
+    if (forked) {
+      /* once the client is connected; not fork_alone: a thread runs,
+       * which is the case, and the grandchild keeps to async-signal-safe
+       * calls */
+      read_int(q[0]);
+      fflush(NULL);
+      child = fork();
+      EXPECT(child >= 0, "fork");
+      if (child == 0) {
+        struct timespec ts = {30, 0};
+        nanosleep(&ts, NULL); /* killed by the test before */
+        _exit(0);
+      }
+    }
+    EXPECT(write(p[1], &child, sizeof child) == sizeof child, "write");
     sleep_ms(30000); /* killed long before */
     mep_store_server_stop(srv);
     exit(2);
   }
   close(p[1]);
+  close(q[0]);
   int port = read_int(p[0]);
-  close(p[0]);
   mep_store_t *s = client("127.0.0.1", port, 1000);
   EXPECT_OK(s->set(s->ctx, "x", "1", 1));
   expect_str(s, "x", "1");
+  int go = 1;
+  EXPECT(write(q[1], &go, sizeof go) == sizeof go, "write");
+  pid_t grandchild = read_int(p[0]);
+  close(p[0]);
+  close(q[1]);
   /* No deadline at all: the end of the stream must end it. */
   waiter_t w = {.s = s, .key = "never", .timeout_ms = -1};
   pthread_t t;
@@ -602,7 +628,16 @@ static void case_killed(void) {
   EXPECT(s->check(s->ctx, "x", &e) != MEP_OK && now_ms() - t0 <= 1300,
          "check after the server died");
   mep_store_destroy(s);
+  if (forked) {
+    EXPECT(kill(grandchild, 0) == 0, "the forked child was gone before the "
+           "check: it proves nothing");
+    kill(grandchild, SIGKILL);
+    EXPECT(reap(grandchild, now_ms() + 5000) == -1, "the forked child");
+  }
 }
+
+static void case_killed(void) { killed(0); }
+static void case_killed_forked(void) { killed(1); }
 
 /* -------------------------------------------------- case: refused */
 
@@ -1064,7 +1099,8 @@ static const struct {
 } cases[] = {
     {"multi", case_multi},     {"timeout", case_timeout},
     {"threads", case_threads}, {"stop", case_stop},
-    {"killed", case_killed},   {"refused", case_refused},
+    {"killed", case_killed},   {"killed_forked", case_killed_forked},
+    {"refused", case_refused},
     {"names", case_names},     {"garbage", case_garbage},
     {"oversize", case_oversize}, {"large", case_large},
     {"add", case_add},         {"badserver", case_badserver},
