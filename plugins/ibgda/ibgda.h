@@ -40,7 +40,7 @@
 #include <sys/types.h>
 
 #include "handshake.h"
-#include "rdma_fork.h"
+#include "fork_watch.h"
 #include "model.h"
 #include "rdma_dev.h"
 #include "mep/transport.h"
@@ -163,7 +163,7 @@ typedef struct ibgda_ctx {
   ibgda_ep_t **peers; /* [size]: live or tombstone */
   mep_tp_completion_t *cq;
   size_t cq_head, cq_n, cq_cap;
-  mep__rdma_forkwatch_t fork; /* a forked child lets go of the sockets */
+  mep__fork_watch_t fork; /* a forked child lets go of the sockets */
 } ibgda_ctx_t;
 
 /* config.c */

@@ -34,17 +34,19 @@ static uint64_t new_incarnation(const void *salt) {
   return v ? v : 1;
 }
 
-/* In a forked child, the endpoints' liveness sockets (rdma_fork.h). */
-static void fork_endpoints(void *arg, int dead) {
-  const ibgda_ctx_t *ctx = arg;
+/* In a forked child (fork_watch.h): the bootstrap listener, the
+ * connections pending on it and each endpoint's liveness socket. */
+static void let_go_all(void *arg, int dead) {
+  ibgda_ctx_t *ctx = arg;
+  mep__rdma_boot_let_go(&ctx->boot, dead);
   for (int r = 0; r < ctx->size; r++)
-    if (ctx->peers[r]) mep__rdma_fork_let_go(ctx->peers[r]->link_fd, dead);
+    if (ctx->peers[r]) mep__fork_let_go(ctx->peers[r]->link_fd, dead);
 }
 
 static int ibgda_fini(mep_tp_ctx_t *ctxp) {
   ibgda_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
-  mep__rdma_fork_unwatch(&ctx->fork);
+  mep__fork_unwatch(&ctx->fork);
   for (int r = 0; ctx->peers && r < ctx->size; r++) {
     ibgda_ep_t *ep = ctx->peers[r];
     if (!ep) continue;
@@ -151,11 +153,12 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers);
   rc = ctx->peers ? open_backend(ctx) : MEP_ERR_NOMEM;
   if (!rc) {
-    ctx->fork = (mep__rdma_forkwatch_t){.locks = {&ctx->mu},
-                                        .boot = &ctx->boot,
-                                        .endpoints = fork_endpoints,
-                                        .arg = ctx};
-    rc = mep__rdma_fork_watch(&ctx->fork);
+    ctx->fork = (mep__fork_watch_t){.locks = {&ctx->mu, &ctx->boot.mu},
+                                    .let_go_all = let_go_all,
+                                    .arg = ctx};
+    if (mep__fork_watch(&ctx->fork))
+      rc = IBGDA_ERR(ctx, MEP_ERR_SYSTEM, "ibgda: installing the fork "
+                     "handlers failed (out of memory)");
   }
   if (rc) {
     if (rc == MEP_ERR_NOMEM)

@@ -4,8 +4,8 @@
  * Threads and locks. poll() runs on one thread (the "poll thread"); every
  * other entry point may run on any thread at the same time. Locks, always
  * taken in this order and never held across a blocking call:
- *   fork.c's    the list of live contexts; around fork(), its handlers
- *               hold it and every context's poll_mu and mu
+ *   the fork handlers' list of live contexts (fork_watch.h); around
+ *               fork() they hold it and every context's poll_mu and mu
  *   ctx->poll_mu held by poll() throughout, and by whoever frees a peer's
  *               fds or memory (close, connect, see "Lifetime" below), so
  *               nothing is freed under the poll thread's feet
@@ -52,6 +52,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "fork_watch.h"
 #include "mep/transport.h"
 #include "wire.h"
 
@@ -273,9 +274,7 @@ typedef struct tcp_ctx {
   int tx_sleeping, tx_stop;
   tcp_tx_work_t tx_work;
 
-  /* the live contexts, for a forked child (fork.c) */
-  struct tcp_ctx *fork_next;
-  int fork_watched;
+  mep__fork_watch_t fork; /* a forked child lets go of the sockets */
 } tcp_ctx_t;
 
 /* config.c */

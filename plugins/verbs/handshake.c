@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "handshake.h"
-#include "rdma_fork.h"
+#include "fork_watch.h"
 
 #define HS_WAIT_MS 5         /* one wait step */
 #define HS_MAX_PENDING 256   /* accepted connections not answered yet */
@@ -185,9 +185,9 @@ void mep__rdma_boot_close(mep__rdma_boot_t *b) {
 
 void mep__rdma_boot_let_go(mep__rdma_boot_t *b, int dead) {
   if (!b->live) return;
-  mep__rdma_fork_let_go(b->lfd, dead);
+  mep__fork_let_go(b->lfd, dead);
   for (const pend_t *p = b->pend; p; p = p->next)
-    mep__rdma_fork_let_go(p->fd, dead);
+    mep__fork_let_go(p->fd, dead);
 }
 
 void mep__rdma_boot_self(const mep__rdma_boot_t *b, mep__rdma_boot_addr_t *a) {

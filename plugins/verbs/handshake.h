@@ -271,8 +271,8 @@ typedef struct mep__rdma_boot_opts {
 int mep__rdma_boot_open(mep__rdma_boot_t *b, const mep__rdma_boot_opts_t *o);
 /* Closes the listener and every pending connection. Idempotent. */
 void mep__rdma_boot_close(mep__rdma_boot_t *b);
-/* In a child made by fork() (rdma_fork.c), b->mu held: the listener and
- * the pending connections let go (mep__rdma_fork_let_go). */
+/* In a child made by fork() (fork_watch.h), b->mu held: the listener and
+ * the pending connections let go (mep__fork_let_go). */
 void mep__rdma_boot_let_go(mep__rdma_boot_t *b, int dead);
 /* Where this context listens, for its address blob. */
 void mep__rdma_boot_self(const mep__rdma_boot_t *b, mep__rdma_boot_addr_t *a);

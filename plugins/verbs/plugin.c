@@ -104,25 +104,32 @@ static int open_boot(verbs_ctx_t *ctx) {
   return 0;
 }
 
-/* In a forked child, the endpoints' liveness sockets (rdma_fork.h). */
-static void fork_endpoints(void *arg, int dead) {
-  const verbs_ctx_t *ctx = arg;
+/* In a forked child (fork_watch.h): the bootstrap listener, the
+ * connections pending on it and each endpoint's liveness socket, whose
+ * end tells the peers this process died. The device's own files stay:
+ * the peers' detection does not depend on them. */
+static void let_go_all(void *arg, int dead) {
+  verbs_ctx_t *ctx = arg;
+  mep__rdma_boot_let_go(&ctx->boot, dead);
   for (int r = 0; r < ctx->size; r++)
-    if (ctx->peers[r]) mep__rdma_fork_let_go(ctx->peers[r]->link_fd, dead);
+    if (ctx->peers[r]) mep__fork_let_go(ctx->peers[r]->link_fd, dead);
 }
 
 static int watch_fork(verbs_ctx_t *ctx) {
-  ctx->fork = (mep__rdma_forkwatch_t){.locks = {&ctx->poll_mu, &ctx->mu},
-                                      .boot = &ctx->boot,
-                                      .endpoints = fork_endpoints,
-                                      .arg = ctx};
-  return mep__rdma_fork_watch(&ctx->fork);
+  ctx->fork = (mep__fork_watch_t){
+      .locks = {&ctx->poll_mu, &ctx->mu, &ctx->boot.mu},
+      .let_go_all = let_go_all,
+      .arg = ctx};
+  if (mep__fork_watch(&ctx->fork))
+    return VERBS_ERR(ctx, MEP_ERR_SYSTEM, "verbs: installing the fork "
+                     "handlers failed (out of memory)");
+  return 0;
 }
 
 static int verbs_fini(mep_tp_ctx_t *ctxp) {
   verbs_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
-  mep__rdma_fork_unwatch(&ctx->fork);
+  mep__fork_unwatch(&ctx->fork);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
     if (ctx->peers[r]) mep__verbs_ep_retire(ctx->peers[r], 0);
   for (int r = 0; ctx->tombs && r < ctx->size; r++)

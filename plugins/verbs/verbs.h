@@ -53,7 +53,7 @@
 
 #include "handshake.h"
 #include "rdma_dev.h"
-#include "rdma_fork.h"
+#include "fork_watch.h"
 #include "mep/transport.h"
 
 #define VERBS_LOG(ctx, lvl, ...) ((ctx)->env->log((lvl), __VA_ARGS__))
@@ -281,7 +281,7 @@ typedef struct verbs_ctx {
   size_t cq_head, cq_n, cq_cap;
   int cq_armed;
 
-  mep__rdma_forkwatch_t fork; /* a forked child lets go of the sockets */
+  mep__fork_watch_t fork; /* a forked child lets go of the sockets */
 } verbs_ctx_t;
 
 /* config.c */

@@ -123,7 +123,7 @@ run plugin-check-4qp 600 env MEP_VERBS_QPS_PER_PEER=4 MEP_VERBS_STRIPE_BYTES=409
   MEP_VERBS_SEND_QUEUE=16 MEP_VERBS_SIGNAL_EVERY=4 MEP_VERBS_MAX_INLINE=0 \
   MEP_VERBS_INFLIGHT_BYTES=64K "$check" --quick "$P"
 run select-verbs-tcp 300 "$B/tests/verbs/test_verbs_select"
-# a rank killed while a child it forked lives on (plugins/verbs/rdma_fork.c)
+# a rank killed while a child it forked lives on (plugins/common/fork_watch.c)
 run fork-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork"
 run perf-check-2ranks-uint8 900 perf_all 2 uint8
 run perf-check-3ranks 900 perf_all 3 float32

@@ -1,61 +1,50 @@
-/* rdma_fork.c - the fork handlers of rdma_fork.h. */
-#include "rdma_fork.h"
+/* fork_watch.c - the fork handlers of fork_watch.h. */
+#include "fork_watch.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "mep/transport.h"
-
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static mep__rdma_forkwatch_t *g_head;
+static mep__fork_watch_t *g_head;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_installed;
 
 static void lock_all(void) {
   pthread_mutex_lock(&g_mu);
-  for (mep__rdma_forkwatch_t *w = g_head; w; w = w->next) {
-    for (int i = 0; i < 2; i++)
+  for (mep__fork_watch_t *w = g_head; w; w = w->next)
+    for (int i = 0; i < 3; i++)
       if (w->locks[i]) pthread_mutex_lock(w->locks[i]);
-    pthread_mutex_lock(&w->boot->mu);
-  }
 }
 
 static void unlock_all(void) {
-  for (mep__rdma_forkwatch_t *w = g_head; w; w = w->next) {
-    pthread_mutex_unlock(&w->boot->mu);
-    for (int i = 1; i >= 0; i--)
+  for (mep__fork_watch_t *w = g_head; w; w = w->next)
+    for (int i = 2; i >= 0; i--)
       if (w->locks[i]) pthread_mutex_unlock(w->locks[i]);
-  }
   pthread_mutex_unlock(&g_mu);
 }
 
-void mep__rdma_fork_let_go(int fd, int dead) {
+void mep__fork_let_go(int fd, int dead) {
   if (fd < 0) return;
   if (dead < 0 || dup3(dead, fd, O_CLOEXEC) < 0) close(fd);
 }
 
 static void in_child(void) {
   int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  for (mep__rdma_forkwatch_t *w = g_head; w; w = w->next) {
-    mep__rdma_boot_let_go(w->boot, dead);
-    w->endpoints(w->arg, dead);
-  }
+  for (mep__fork_watch_t *w = g_head; w; w = w->next)
+    w->let_go_all(w->arg, dead);
   if (dead >= 0) close(dead);
   unlock_all();
 }
 
+/* glibc drops these handlers when the module is unloaded (dlclose). */
 static void install(void) {
   g_installed = !pthread_atfork(lock_all, unlock_all, in_child);
 }
 
-int mep__rdma_fork_watch(mep__rdma_forkwatch_t *w) {
+int mep__fork_watch(mep__fork_watch_t *w) {
   pthread_once(&g_once, install);
-  if (!g_installed) {
-    w->boot->env->set_error("%s: installing the fork handlers failed (out "
-                            "of memory)", w->boot->name);
-    return MEP_ERR_SYSTEM;
-  }
+  if (!g_installed) return -1;
   pthread_mutex_lock(&g_mu);
   w->next = g_head;
   g_head = w;
@@ -64,10 +53,10 @@ int mep__rdma_fork_watch(mep__rdma_forkwatch_t *w) {
   return 0;
 }
 
-void mep__rdma_fork_unwatch(mep__rdma_forkwatch_t *w) {
+void mep__fork_unwatch(mep__fork_watch_t *w) {
   if (!w->watched) return;
   pthread_mutex_lock(&g_mu);
-  for (mep__rdma_forkwatch_t **pp = &g_head; *pp; pp = &(*pp)->next)
+  for (mep__fork_watch_t **pp = &g_head; *pp; pp = &(*pp)->next)
     if (*pp == w) {
       *pp = w->next;
       break;
