@@ -246,15 +246,14 @@ static int op_index(mep_op_t op) {
   return -1;
 }
 
-static pair_fn pair_by_op(mep_op_t op, pair_fn sum, pair_fn prod,
-                          pair_fn min, pair_fn max) {
-  const pair_fn f[] = {sum, prod, min, max};
-  return op_index(op) < 0 ? NULL : f[op_index(op)];
-}
+/* Of four kernels of type T in op_index order, op's (NULL for none). */
+#define MEP_PICK(T, sum, prod, min, max)                                    \
+  (op_index(op) < 0 ? (T)NULL                                               \
+                    : ((const T[]){sum, prod, min, max})[op_index(op)])
 
 #define MEP_PAIR_BY_OP(a, b)                                                \
-  pair_by_op(op, pair_##a##_sum, pair_##a##_prod, pair_##b##_min,           \
-             pair_##b##_max)
+  MEP_PICK(pair_fn, pair_##a##_sum, pair_##a##_prod, pair_##b##_min,        \
+           pair_##b##_max)
 
 /* NULL where the accumulator differs from the dtype (float16, bfloat16,
  * bool). */
@@ -273,16 +272,9 @@ static pair_fn pick_pair(mep_dtype_t dt, mep_op_t op) {
   return NULL;
 }
 
-/* The four kernels of one accumulator, in op_index order. */
-static combine_fn by_op(mep_op_t op, combine_fn sum, combine_fn prod,
-                        combine_fn min, combine_fn max) {
-  const combine_fn f[] = {sum, prod, min, max};
-  return op_index(op) < 0 ? NULL : f[op_index(op)];
-}
-
-#define MEP_BY_OP(a, b) \
-  by_op(op, combine_##a##_sum, combine_##a##_prod, combine_##b##_min,      \
-        combine_##b##_max)
+#define MEP_BY_OP(a, b)                                                     \
+  MEP_PICK(combine_fn, combine_##a##_sum, combine_##a##_prod,               \
+           combine_##b##_min, combine_##b##_max)
 
 static combine_fn pick_combine(mep_dtype_t dt, mep_op_t op) {
   switch (dt) {
@@ -295,8 +287,8 @@ static combine_fn pick_combine(mep_dtype_t dt, mep_op_t op) {
   case MEP_INT32: return MEP_BY_OP(w32, i32);
   case MEP_INT64: return MEP_BY_OP(w64, i64);
   case MEP_BOOL:
-    return by_op(op, combine_bool_or, combine_bool_and, combine_bool_and,
-                 combine_bool_or);
+    return MEP_PICK(combine_fn, combine_bool_or, combine_bool_and,
+                    combine_bool_and, combine_bool_or);
   }
   return NULL;
 }
