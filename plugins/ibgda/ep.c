@@ -200,8 +200,11 @@ int mep__ibgda_close(mep_tp_ep_t *epp) {
   mep__ibgda_ep_fail(ep, MEP_ERR_CLOSED, 0);
   /* release what it holds; the struct stays as the rank's tombstone */
   qp_release(ep);
-  if (ep->link_fd >= 0) close(ep->link_fd);
+  /* the number goes before the socket: a fork meanwhile (fork_watch.h,
+   * which does not hold ep->mu) never finds one closed and reused */
+  int fd = ep->link_fd;
   ep->link_fd = -1;
+  if (fd >= 0) close(fd);
   ep->retired = 1;
   pthread_mutex_unlock(&ep->mu);
   return 0;
