@@ -15,11 +15,11 @@
  * connections stay up as long as the child lives, and wait out their
  * deadlines instead of failing at once. */
 #include "error.h"
+#include "fork_watch.h"
 #include "log.h"
 #include "store_proto.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -108,7 +108,7 @@ struct mep_store_server {
   /* Held where a connection's fd is set or closed and the list changes,
    * and by the fork handlers, so that a child finds them consistent. */
   pthread_mutex_t fork_mu;
-  mep_store_server_t *fork_next; /* the live servers (g_servers) */
+  mep__fork_watch_t fork;
   conn_t *conns;
   conn_t *dead; /* closed during the current batch, freed after it */
   map_t map;
@@ -746,70 +746,29 @@ static int local_port(int fd) {
 
 /* ---------------------------------------------------------------- fork */
 
-static pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
-static mep_store_server_t *g_servers; /* by fork_next */
-static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
-static int g_fork_ok;
-
-static void fork_lock(void) {
-  pthread_mutex_lock(&g_fork_mu);
-  for (mep_store_server_t *s = g_servers; s; s = s->fork_next)
-    pthread_mutex_lock(&s->fork_mu);
-}
-
-static void fork_unlock(void) {
-  for (mep_store_server_t *s = g_servers; s; s = s->fork_next)
-    pthread_mutex_unlock(&s->fork_mu);
-  pthread_mutex_unlock(&g_fork_mu);
-}
-
-/* In the child: each socket becomes an unconnected one under the same
- * number (async-signal-safe calls only). */
-static void let_go(int fd, int dead) {
-  if (fd < 0) return;
-  if (dead < 0 || dup3(dead, fd, O_CLOEXEC) < 0) close(fd);
-}
-
-static void fork_child(void) {
-  int dead = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  for (mep_store_server_t *s = g_servers; s; s = s->fork_next) {
-    let_go(s->listen_fd, dead);
-    for (conn_t *c = s->conns; c; c = c->next) let_go(c->fd, dead);
-  }
-  if (dead >= 0) close(dead);
-  fork_unlock();
-}
-
-static void fork_install(void) {
-  g_fork_ok = !pthread_atfork(fork_lock, fork_unlock, fork_child);
+/* In a forked child (fork_watch.h), fork_mu held: the listener and every
+ * connection. */
+static void let_go_all(void *arg, int dead) {
+  const mep_store_server_t *srv = arg;
+  mep__fork_let_go(srv->listen_fd, dead);
+  for (const conn_t *c = srv->conns; c; c = c->next)
+    mep__fork_let_go(c->fd, dead);
 }
 
 static int fork_watch(mep_store_server_t *srv) {
-  pthread_once(&g_fork_once, fork_install);
-  if (!g_fork_ok)
+  srv->fork = (mep__fork_watch_t){.locks = {&srv->fork_mu},
+                                  .let_go_all = let_go_all,
+                                  .arg = srv};
+  if (mep__fork_watch(&srv->fork))
     return mep__err(MEP_ERR_SYSTEM, "store: server start: installing the "
                     "fork handlers failed");
-  pthread_mutex_lock(&g_fork_mu);
-  srv->fork_next = g_servers;
-  g_servers = srv;
-  pthread_mutex_unlock(&g_fork_mu);
   return MEP_OK;
-}
-
-static void fork_unwatch(mep_store_server_t *srv) {
-  pthread_mutex_lock(&g_fork_mu);
-  for (mep_store_server_t **pp = &g_servers; *pp; pp = &(*pp)->fork_next)
-    if (*pp == srv) {
-      *pp = srv->fork_next;
-      break;
-    }
-  pthread_mutex_unlock(&g_fork_mu);
 }
 
 /* ------------------------------------------------------- start and stop */
 
 static void server_free(mep_store_server_t *srv) {
-  fork_unwatch(srv);
+  mep__fork_unwatch(&srv->fork);
   while (srv->conns) conn_close(srv, srv->conns);
   free_dead(srv);
   map_free(&srv->map);

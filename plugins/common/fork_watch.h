@@ -1,7 +1,8 @@
 /*
  * fork_watch.h - a child made by fork() lets go of its parent's sockets;
- * shared by the plugins that hold connections (tcp, verbs, ibgda), each
- * with its own copy (the symbols stay inside each module).
+ * shared by the plugins that hold connections (tcp, verbs, ibgda) and by
+ * libmep's store server, each with its own copy (the symbols stay inside
+ * each module).
  *
  * Why: a forked child (a PyTorch DataLoader worker, a helper process)
  * holds a copy of each socket of its parent. Should the parent die, its
