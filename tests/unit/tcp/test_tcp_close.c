@@ -114,24 +114,14 @@ static void setup(side_t *s, int nsock) {
   tt_open(&s->h, s->rank, 2, secret, sizeof secret, nsock, "lo", 20000);
   s->h.env.log = capture; /* the plugin logs through the env it was given */
   s->nsock = nsock;
-  const mep_transport_t *vt = s->h.vt;
-  uint8_t blob[MEP_TP_MAX_ADDR], rkey[MEP_TP_MAX_RKEY];
-  size_t n = sizeof blob, k = sizeof rkey;
-  TT_OK(vt->address(s->h.ctx, blob, &n));
-  tt_send(s->cfd, blob, n);
-  n = tt_recv(s->cfd, blob, sizeof blob, 30000);
-  TT_OK(vt->connect(s->h.ctx, 1 - s->rank, blob, n, &s->ep));
+  tt_connect(&s->h, s->cfd, 1 - s->rank, &s->ep);
   /* untouched pages of calloc'ed memory cost nothing */
   s->src = calloc(1, BIG);
   s->dst = calloc(1, BIG);
   TT_CHECK(s->src && s->dst, "out of memory");
   if (s->rank == 1) tt_fill(s->src, s->seed, 0, DATA_SPAN);
-  TT_OK(vt->reg(s->h.ctx, s->src, BIG, MEP_MEM_HOST, &s->smr, rkey, &k));
-  k = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->dst, BIG, MEP_MEM_HOST, &s->dmr, rkey, &k));
-  tt_send(s->cfd, rkey, k);
-  k = tt_recv(s->cfd, rkey, sizeof rkey, 30000);
-  TT_OK(vt->import(s->ep, rkey, k, &s->rmr));
+  tt_regions(&s->h, s->cfd, s->ep, s->src, s->dst, BIG, &s->smr, &s->dmr,
+             &s->rmr);
   make_plan(s);
 }
 

@@ -57,22 +57,12 @@ static void setup(side_t *s, int nsock) {
   uint8_t secret[16];
   tt_fill(secret, s->seed, 0, sizeof secret);
   tt_open(&s->h, s->rank, 2, secret, sizeof secret, nsock, "lo", 20000);
-  const mep_transport_t *vt = s->h.vt;
-  uint8_t blob[MEP_TP_MAX_ADDR], rkey[MEP_TP_MAX_RKEY];
-  size_t n = sizeof blob, k = sizeof rkey;
-  TT_OK(vt->address(s->h.ctx, blob, &n));
-  tt_send(s->cfd, blob, n);
-  n = tt_recv(s->cfd, blob, sizeof blob, 30000);
-  TT_OK(vt->connect(s->h.ctx, 1 - s->rank, blob, n, &s->ep));
+  tt_connect(&s->h, s->cfd, 1 - s->rank, &s->ep);
   s->src = calloc(1, SPAN);
   s->dst = calloc(1, SPAN);
   TT_CHECK(s->src && s->dst, "out of memory");
-  TT_OK(vt->reg(s->h.ctx, s->src, SPAN, MEP_MEM_HOST, &s->smr, rkey, &k));
-  k = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->dst, SPAN, MEP_MEM_HOST, &s->dmr, rkey, &k));
-  tt_send(s->cfd, rkey, k);
-  k = tt_recv(s->cfd, rkey, sizeof rkey, 30000);
-  TT_OK(vt->import(s->ep, rkey, k, &s->rmr));
+  tt_regions(&s->h, s->cfd, s->ep, s->src, s->dst, SPAN, &s->smr, &s->dmr,
+             &s->rmr);
 }
 
 /* Polls; returns the status of a report of the peer, or 1 if none came. */
