@@ -21,21 +21,29 @@ done
 prefix="$PWD/_install"
 export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
-passed=0; failed=0; skipped=0
+passed=0; failed=0; skipped=0 failures=
 run_suite() {  # build-dir label
   local dir=$1 label=$2
   echo "=== tests: $label ($dir)"
   meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier "${3:-1}"
   local counts p f k
-  counts=$(python3 - "$dir/meson-logs/testlog.json" <<'PY'
+  counts=$(python3 - "$dir/meson-logs/testlog.json" "$label" <<'PY'
 import json, sys
-res = [json.loads(l)["result"] for l in open(sys.argv[1])]
+tests = [json.loads(l) for l in open(sys.argv[1])]
+res = [t["result"] for t in tests]
 ok = sum(r in ("OK", "EXPECTEDFAIL") for r in res)
 skip = sum(r == "SKIP" for r in res)
 print(ok, len(res) - ok - skip, skip)
+# why each failure failed: its name and the last lines it wrote
+for t in tests:
+    if t["result"] not in ("OK", "EXPECTEDFAIL", "SKIP"):
+        out = ((t.get("stdout") or "") + (t.get("stderr") or "")).splitlines()
+        print(f"FAIL {sys.argv[2]}: {t['name']} ({t['result']})")
+        print("\n".join("  | " + l for l in out[-6:]))
 PY
 )
-  read -r p f k <<<"$counts"
+  read -r p f k <<<"$(head -1 <<<"$counts")"
+  failures+=$(tail -n +2 <<<"$counts")$'\n'
   skipped=$((skipped + k))
   passed=$((passed + p)); failed=$((failed + f))
 }
@@ -63,6 +71,7 @@ if [ "${MEP_TEST_PACKAGING:-1}" != 0 ]; then
   read -r p f k < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' \
     build/packaging.log | tail -1)
   [ -n "${p:-}" ] || { p=0; f=1; k=0; }
+  failures+=$(grep -A8 '^FAIL ' build/packaging.log)$'\n'
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
 fi
 # The verbs set: one line per test and "N passed, N failed" last; exit
@@ -74,6 +83,7 @@ run_vm() {
   tests/verbs/run-vm.sh build 2>&1 | tr -d '\r' | tee "$log"
   rc=${PIPESTATUS[0]}
   skipped=$((skipped + $(grep -c '^SKIP ' "$log")))
+  failures+=$(grep -A8 '^FAIL ' "$log")$'\n'
   if read -r p f < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$log" | tail -1) &&
      [ -n "$p" ]; then
     passed=$((passed + p)); failed=$((failed + f))
@@ -82,5 +92,7 @@ run_vm() {
   fi
 }
 [ "$vm" = 1 ] && run_vm
+# the reasons again at the end, where a log's tail shows them
+[ -n "${failures//$'\n'/}" ] && printf '=== failures\n%s' "$failures"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -258,7 +258,11 @@ static void run(int nsock, uint64_t seed) {
   TT_CHECK(st == MEP_ERR_PEER_FAILED, "the report says %d", st);
   TT_CHECK(!kill(c, 0), "the forked child is gone already: the check "
            "proves nothing");
-  /* nobody listens on the dead rank's port any more */
+  /* The report may come while the dying B still closes its other files
+   * (the peer socket can come before the listener); once B is reaped, no
+   * file of its own is open, and only C could hold the port. */
+  st = tt_reap(b, 10000);
+  TT_CHECK(st >= 0 && WIFSIGNALED(st), "rank 1: status %#x", st);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
@@ -269,8 +273,6 @@ static void run(int nsock, uint64_t seed) {
            rc ? strerror(errno) : "accepted (the forked child holds it)");
   close(fd);
   kill(c, SIGKILL);
-  st = tt_reap(b, 10000);
-  TT_CHECK(st >= 0 && WIFSIGNALED(st), "rank 1: status %#x", st);
   st = tt_reap(c, 10000);
   TT_CHECK(st >= 0 && WIFSIGNALED(st), "the forked child: status %#x", st);
   close(pv[0]);
