@@ -69,17 +69,20 @@ void tt_connect(tt_host_t *h, int cfd, int peer, mep_tp_ep_t **ep) {
   TT_OK(h->vt->address(h->ctx, blob, &n));
   tt_send(cfd, blob, n);
   n = tt_recv(cfd, blob, sizeof blob, 30000);
+  char why[128] = "";
+  TT_CHECK(h->vt->reachable(h->ctx, peer, blob, n, why, sizeof why) == 1,
+           "rank %d unreachable: %s", peer, why);
   TT_OK(h->vt->connect(h->ctx, peer, blob, n, ep));
 }
 
 void tt_regions(tt_host_t *h, int cfd, mep_tp_ep_t *ep, void *src,
-                void *dst, size_t len, mep_tp_mr_t **smr, mep_tp_mr_t **dmr,
-                mep_tp_rmr_t **rmr) {
+                size_t slen, void *dst, size_t dlen, mep_tp_mr_t **smr,
+                mep_tp_mr_t **dmr, mep_tp_rmr_t **rmr) {
   uint8_t rkey[MEP_TP_MAX_RKEY];
   size_t k = sizeof rkey;
-  TT_OK(h->vt->reg(h->ctx, src, len, MEP_MEM_HOST, smr, rkey, &k));
+  TT_OK(h->vt->reg(h->ctx, src, slen, MEP_MEM_HOST, smr, rkey, &k));
   k = sizeof rkey;
-  TT_OK(h->vt->reg(h->ctx, dst, len, MEP_MEM_HOST, dmr, rkey, &k));
+  TT_OK(h->vt->reg(h->ctx, dst, dlen, MEP_MEM_HOST, dmr, rkey, &k));
   tt_send(cfd, rkey, k);
   k = tt_recv(cfd, rkey, sizeof rkey, 30000);
   TT_OK(h->vt->import(ep, rkey, k, rmr));

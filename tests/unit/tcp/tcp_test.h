@@ -58,13 +58,14 @@ void tt_close(tt_host_t *h);
 int tt_try_open(tt_host_t *h, const char *key, const char *val);
 
 /* The two processes of a pair over the control socket cfd: exchange
- * address blobs and connect to `peer`; then register src and dst (len
- * bytes each, *smr and *dmr), exchange dst's key and import the peer's
- * (*rmr). Both sides call them in the same order. */
+ * address blobs, check that `peer` is reachable and connect to it; then
+ * register src (slen bytes, *smr) and dst (dlen bytes, *dmr), exchange
+ * dst's key and import the peer's (*rmr). Both sides call them in the
+ * same order. */
 void tt_connect(tt_host_t *h, int cfd, int peer, mep_tp_ep_t **ep);
 void tt_regions(tt_host_t *h, int cfd, mep_tp_ep_t *ep, void *src,
-                void *dst, size_t len, mep_tp_mr_t **smr, mep_tp_mr_t **dmr,
-                mep_tp_rmr_t **rmr);
+                size_t slen, void *dst, size_t dlen, mep_tp_mr_t **smr,
+                mep_tp_mr_t **dmr, mep_tp_rmr_t **rmr);
 
 /* Framed messages over a stream socket; the receive waits up to
  * timeout_ms and exits the process on failure. */

@@ -157,27 +157,13 @@ static void barrier(side_t *s) { tt_barrier(s->cfd, pump_any, s); }
 
 static void setup(side_t *s, int nsock) {
   tt_open(&s->h, s->rank, 2, NULL, 0, nsock, "lo", 20000);
-  const mep_transport_t *vt = s->h.vt;
-  uint8_t blob[MEP_TP_MAX_ADDR];
-  size_t len = sizeof blob;
-  TT_OK(vt->address(s->h.ctx, blob, &len));
-  tt_send(s->cfd, blob, len);
-  len = tt_recv(s->cfd, blob, sizeof blob, 30000);
-  TT_OK(vt->connect(s->h.ctx, s->peer, blob, len, &s->ep));
+  tt_connect(&s->h, s->cfd, s->peer, &s->ep);
   s->src = malloc(SRC_LEN);
   s->dst = calloc(1, DST_LEN);
   TT_CHECK(s->src && s->dst, "out of memory");
   tt_fill(s->src, src_seed(s, s->rank), 0, SRC_LEN);
-  uint8_t rkey[MEP_TP_MAX_RKEY];
-  size_t rlen = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->src, SRC_LEN, MEP_MEM_HOST, &s->smr, rkey,
-                &rlen));
-  rlen = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->dst, DST_LEN, MEP_MEM_HOST, &s->dmr, rkey,
-                &rlen));
-  tt_send(s->cfd, rkey, rlen);
-  rlen = tt_recv(s->cfd, rkey, sizeof rkey, 30000);
-  TT_OK(vt->import(s->ep, rkey, rlen, &s->rmr));
+  tt_regions(&s->h, s->cfd, s->ep, s->src, SRC_LEN, s->dst, DST_LEN, &s->smr,
+             &s->dmr, &s->rmr);
 }
 
 /* Phase A: every round's writes then its signal, back to back. */

@@ -120,7 +120,7 @@ static void setup(side_t *s, int nsock) {
   s->dst = calloc(1, BIG);
   TT_CHECK(s->src && s->dst, "out of memory");
   if (s->rank == 1) tt_fill(s->src, s->seed, 0, DATA_SPAN);
-  tt_regions(&s->h, s->cfd, s->ep, s->src, s->dst, BIG, &s->smr, &s->dmr,
+  tt_regions(&s->h, s->cfd, s->ep, s->src, BIG, s->dst, BIG, &s->smr, &s->dmr,
              &s->rmr);
   make_plan(s);
 }

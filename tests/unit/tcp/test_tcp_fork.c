@@ -61,7 +61,7 @@ static void setup(side_t *s, int nsock) {
   s->src = calloc(1, SPAN);
   s->dst = calloc(1, SPAN);
   TT_CHECK(s->src && s->dst, "out of memory");
-  tt_regions(&s->h, s->cfd, s->ep, s->src, s->dst, SPAN, &s->smr, &s->dmr,
+  tt_regions(&s->h, s->cfd, s->ep, s->src, SPAN, s->dst, SPAN, &s->smr, &s->dmr,
              &s->rmr);
 }
 

@@ -127,17 +127,7 @@ static void layout(side_t *s) {
 
 static void setup(side_t *s, int nsock, const uint8_t *secret) {
   tt_open(&s->h, s->rank, 2, secret, 16, nsock, "lo", 20000);
-  const mep_transport_t *vt = s->h.vt;
-  uint8_t blob[MEP_TP_MAX_ADDR];
-  size_t len = sizeof blob;
-  TT_OK(vt->address(s->h.ctx, blob, &len));
-  tt_send(s->cfd, blob, len);
-  len = tt_recv(s->cfd, blob, sizeof blob, 30000);
-  char why[128] = "";
-  TT_CHECK(vt->reachable(s->h.ctx, s->peer, blob, len, why, sizeof why) == 1,
-           "peer unreachable: %s", why);
-  TT_OK(vt->connect(s->h.ctx, s->peer, blob, len, &s->ep));
-
+  tt_connect(&s->h, s->cfd, s->peer, &s->ep);
   layout(s);
   s->src = malloc(s->slen);
   s->dst = malloc(s->dlen);
@@ -145,16 +135,8 @@ static void setup(side_t *s, int nsock, const uint8_t *secret) {
   tt_fill(s->src, data_seed(s, s->rank), 0, s->slen);
   tt_fill(s->dst, guard_seed(s, s->rank), 0, s->dlen);
   memset(s->dst, 0, DATA0); /* signal words start at 0 */
-  uint8_t rkey[MEP_TP_MAX_RKEY];
-  size_t rlen = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->src, s->slen, MEP_MEM_HOST, &s->smr, rkey,
-                &rlen));
-  rlen = sizeof rkey;
-  TT_OK(vt->reg(s->h.ctx, s->dst, s->dlen, MEP_MEM_HOST, &s->dmr, rkey,
-                &rlen));
-  tt_send(s->cfd, rkey, rlen);
-  rlen = tt_recv(s->cfd, rkey, sizeof rkey, 30000);
-  TT_OK(vt->import(s->ep, rkey, rlen, &s->rmr));
+  tt_regions(&s->h, s->cfd, s->ep, s->src, s->slen, s->dst, s->dlen, &s->smr,
+             &s->dmr, &s->rmr);
 }
 
 /* Refused locally, nothing sent. */
@@ -408,12 +390,9 @@ static void run_kill(uint64_t seed) {
   if (pid == 0) alarm(60);
   tt_open(&s.h, s.rank, 2, secret, 16, 2, "lo", 20000);
   const mep_transport_t *vt = s.h.vt;
-  uint8_t blob[MEP_TP_MAX_ADDR], rkey[MEP_TP_MAX_RKEY];
-  size_t n = sizeof blob, rl = sizeof rkey;
-  TT_OK(vt->address(s.h.ctx, blob, &n));
-  tt_send(s.cfd, blob, n);
-  n = tt_recv(s.cfd, blob, sizeof blob, 30000);
-  TT_OK(vt->connect(s.h.ctx, s.peer, blob, n, &s.ep));
+  uint8_t rkey[MEP_TP_MAX_RKEY];
+  size_t rl = sizeof rkey;
+  tt_connect(&s.h, s.cfd, s.peer, &s.ep);
   uint8_t *mem = calloc(1, len);
   TT_CHECK(mem, "out of memory");
   mep_tp_mr_t *mr;
