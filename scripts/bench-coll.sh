@@ -5,7 +5,10 @@
 #   - the one-shot / two-shot crossover on 3 and 4 ranks: all-reduce forced
 #     one-shot and forced two-shot on the same sizes;
 #   - the reference: the single-pair bandwidth mep-plugin-check --bench
-#     measures for tcp, in the same run.
+#     measures for tcp, in the same run, one way and both ways at once.
+#     Both ways is the load of a 2-rank all-reduce (each rank sends and
+#     receives N bytes), so half its aggregate bounds that busbw; where the
+#     CPUs are the limit, a quarter of it bounds 4 ranks' (6N bytes move).
 # Prints markdown for docs/perf.md. MEP_BUILD=DIR takes the binaries of
 # an existing build (a device machine's, say) instead of scripts/setup.sh's.
 # Usage: [MEP_BUILD=DIR] scripts/bench-coll.sh
@@ -24,8 +27,11 @@ export MEP_TRANSPORTS=tcp
 
 rows() { grep -E '^ +[0-9]' | awk '{printf "| %s | %s | %s |\n", $1, $6, $8}'; }
 
-pair=$("$check" --bench --iters 5000 --iters-bw 20 "$tcp" | awk '$1=="bandwidth" {print $8}')
-echo "Reference: tcp single-pair bandwidth (mep-plugin-check --bench, 64 MiB puts, one way): $pair GB/s"
+ref=$("$check" --bench --iters 5000 --iters-bw 20 "$tcp")
+pair=$(awk '$1=="bandwidth" {print $8}' <<<"$ref")
+both=$(awk '$1=="both_ways" {print $8}' <<<"$ref")
+ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+echo "Reference: tcp single-pair bandwidth (mep-plugin-check --bench, 64 MiB puts): $pair GB/s one way, $both GB/s both ways at once (both directions' bytes; half of it is $(ratio "$both/2" "$pair") x one way)"
 echo
 for n in 2 4; do
   lat=$("$perf" -n "$n" -o allreduce -b 8 -e 8 -w 100 -i 2000 | grep -E '^ +8 ' | awk '{print $6}')
@@ -36,7 +42,7 @@ for n in 2 4; do
   "$perf" -n "$n" -o allreduce -b 4K -e 256M -f 4 -w 3 -i 10 | rows
   best=$("$perf" -n "$n" -o allreduce -b 256M -e 256M -w 1 -i 5 | grep -E '^ +[0-9]' | awk '{print $8}')
   echo
-  echo "256 MiB busbw $best GB/s = $(python3 -c "print(f'{$best/$pair:.2f}')") x the single-pair bandwidth"
+  echo "256 MiB busbw $best GB/s = $(ratio "$best" "$pair") x the single-pair bandwidth (one way), $(ratio "$best" "$both/$n") x both ways / $n"
   echo
 done
 echo "### one-shot against two-shot, 3 and 4 ranks (time in us)"

@@ -61,10 +61,13 @@ run 0 '^SKIP register: the transport does not handle CUDA memory \(mem_kinds 0x1
   --quick --memory cuda --check register "$good"
 run 0 '^PASS register$' --quick --memory host --check register "$good"
 
-# The benchmark's table: a latency row and a bandwidth row.
+# The benchmark's table: a latency row, a bandwidth row (one way) and a
+# both_ways row.
 run 0 '^latency +8 +200 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$' \
   --bench --quick --iters 200 --iters-bw 2 "$good"
 run 0 '^bandwidth +4194304 +[0-9]+ +- +- +- +- +[0-9.]+$' \
+  --bench --quick --iters 200 --iters-bw 2 "$good"
+run 0 '^both_ways +4194304 +[0-9]+ +- +- +- +- +[0-9.]+$' \
   --bench --quick --iters 200 --iters-bw 2 "$good"
 run 0 '^bandwidth +4096 +' \
   --bench --quick --sweep --iters 100 --iters-bw 1 "$good"

@@ -1,5 +1,6 @@
 /* bench.c - the micro-benchmark: 8-byte ping-pong latency and
- * back-to-back write bandwidth between two processes, printed as a fixed
+ * back-to-back write bandwidth between two processes, one way and both
+ * ways at once (the load of a 2-rank all-reduce), printed as a fixed
  * table (lines starting with '#' are comments; columns are separated by
  * spaces; '-' marks a value that does not apply). */
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #define PC_W_PING 0   /* latency: the round the peer has reached */
 #define PC_W_DATA 8   /* bandwidth: writes landed here */
 #define PC_W_ACK 16   /* bandwidth: batches the receiver has seen */
+#define PC_W_BDATA 24 /* both ways: the peer's writes landed here */
+#define PC_W_BACK 32  /* both ways: batches the peer has seen */
 #define PC_BW_WINDOW 16
 #define PC_BW_MAX_ITERS 20000
 #define PC_WARMUP 100
@@ -121,6 +124,31 @@ static void bandwidth(bench_t *b, uint64_t size, int count, uint64_t *data,
                   (double)size * count / ns);
 }
 
+/* Both ranks write `count` writes of `size` bytes to each other at once;
+ * each acknowledges the peer's batch once it has landed. GB/s counts the
+ * bytes of both directions. */
+static void both_ways(bench_t *b, uint64_t size, int count, uint64_t *data,
+                      uint64_t *acks) {
+  pc_sess_t *s = b->s;
+  *data += (uint64_t)count;
+  int64_t t0 = pc_now_ns();
+  for (int j = 0; j < count; j++) {
+    if (s->n_inflight >= PC_BW_WINDOW)
+      pc_wait_inflight_below(s, PC_BW_WINDOW, "both-ways writes");
+    pc_write(s, &b->big_src, 0, &b->rbig, 0, size);
+    pc_signal(s, &b->rctl, PC_W_BDATA, 1, MEP_SIGNAL_ADD);
+  }
+  wait_moving(b, PC_W_BDATA, *data, "the peer's writes");
+  pc_signal(s, &b->rctl, PC_W_BACK, 1, MEP_SIGNAL_ADD);
+  wait_moving(b, PC_W_BACK, ++*acks, "the peer's acknowledgement");
+  pc_wait_all(s, "both-ways writes");
+  double ns = (double)(pc_now_ns() - t0);
+  if (b->w->rank == 0 && count > 1)
+    pc_bench_line("%-10s %10llu %8d %12s %12s %12s %12s %10.3f", "both_ways",
+                  (unsigned long long)size, count, "-", "-", "-", "-",
+                  2.0 * (double)size * count / ns);
+}
+
 static int count_for(const pc_worker_t *w, uint64_t size) {
   uint64_t n = (uint64_t)w->opts->iters_bw * (PC_BIG / size);
   if (n > PC_BW_MAX_ITERS) n = PC_BW_MAX_ITERS;
@@ -160,6 +188,13 @@ void pc_bench(pc_worker_t *w) {
   for (uint64_t size = first; size <= big; size *= 4) {
     bandwidth(&b, size, count_for(w, size), &data, &acks);
     pc_link_barrier(1, "the barrier after a bandwidth point");
+  }
+  data = acks = 0;
+  both_ways(&b, big, 1, &data, &acks); /* warm-up */
+  pc_link_barrier(1, "the barrier after the both-ways warm-up");
+  for (uint64_t size = first; size <= big; size *= 4) {
+    both_ways(&b, size, count_for(w, size), &data, &acks);
+    pc_link_barrier(1, "the barrier after a both-ways point");
   }
 
   pc_remote_release(&s, &b.rctl);
