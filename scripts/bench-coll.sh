@@ -6,9 +6,9 @@
 #     one-shot and forced two-shot on the same sizes;
 #   - the reference: the single-pair bandwidth mep-plugin-check --bench
 #     measures for tcp, in the same run, one way and both ways at once.
-#     Both ways is the load of a 2-rank all-reduce (each rank sends and
-#     receives N bytes), so half its aggregate bounds that busbw; where the
-#     CPUs are the limit, a quarter of it bounds 4 ranks' (6N bytes move).
+#     An n-rank all-reduce moves n x busbw bytes per second over loopback
+#     (each rank sends 2(n-1)/n N), both ways at once: where the CPUs, not
+#     the links, are the limit, that is what to hold it against.
 # Prints markdown for docs/perf.md. MEP_BUILD=DIR takes the binaries of
 # an existing build (a device machine's, say) instead of scripts/setup.sh's.
 # Usage: [MEP_BUILD=DIR] scripts/bench-coll.sh
@@ -30,7 +30,7 @@ rows() { grep -E '^ +[0-9]' | awk '{printf "| %s | %s | %s |\n", $1, $6, $8}'; }
 ref=$("$check" --bench --iters 5000 --iters-bw 20 "$tcp")
 pair=$(awk '$1=="bandwidth" {print $8}' <<<"$ref")
 both=$(awk '$1=="both_ways" {print $8}' <<<"$ref")
-ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
+ratio() { python3 -c "print(f'{($1)/($2):.2f}')"; }
 echo "Reference: tcp single-pair bandwidth (mep-plugin-check --bench, 64 MiB puts): $pair GB/s one way, $both GB/s both ways at once (both directions' bytes; half of it is $(ratio "$both/2" "$pair") x one way)"
 echo
 for n in 2 4; do
@@ -42,7 +42,7 @@ for n in 2 4; do
   "$perf" -n "$n" -o allreduce -b 4K -e 256M -f 4 -w 3 -i 10 | rows
   best=$("$perf" -n "$n" -o allreduce -b 256M -e 256M -w 1 -i 5 | grep -E '^ +[0-9]' | awk '{print $8}')
   echo
-  echo "256 MiB busbw $best GB/s = $(ratio "$best" "$pair") x the single-pair bandwidth (one way), $(ratio "$best" "$both/$n") x both ways / $n"
+  echo "256 MiB busbw $best GB/s = $(ratio "$best" "$pair") x the single-pair bandwidth (one way); it moves $n x $best GB/s = $(ratio "$n*$best" "$both") x the both-ways aggregate"
   echo
 done
 echo "### one-shot against two-shot, 3 and 4 ranks (time in us)"
