@@ -24,6 +24,7 @@
 typedef struct dial {
   tcp_ctx_t *ctx;
   tcp_peer_t *p;
+  tcp_dialing_t rec; /* on ctx->dialing while mep__tcp_dial runs */
   struct sockaddr_in to;
   uint64_t to_inc;
   char where[64];
@@ -36,9 +37,43 @@ static int is_transient(int e) {
          e == EHOSTUNREACH || e == ENETUNREACH || e == EAGAIN;
 }
 
+/* The socket is made, closed and handed over under ctx->mu, a lock the
+ * fork handlers hold: a child forked meanwhile finds it in d->rec. */
+static int dial_socket(dial_t *d) {
+  pthread_mutex_lock(&d->ctx->mu);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  d->rec.fd = fd;
+  pthread_mutex_unlock(&d->ctx->mu);
+  return fd;
+}
+
+/* Closes the socket being dialled, if any. */
+static void dial_drop(dial_t *d) {
+  pthread_mutex_lock(&d->ctx->mu);
+  if (d->rec.fd >= 0) close(d->rec.fd);
+  d->rec.fd = -1;
+  pthread_mutex_unlock(&d->ctx->mu);
+}
+
+static void dial_list(dial_t *d, int on) {
+  tcp_ctx_t *ctx = d->ctx;
+  pthread_mutex_lock(&ctx->mu);
+  if (on) {
+    d->rec = (tcp_dialing_t){.fd = -1, .next = ctx->dialing};
+    ctx->dialing = &d->rec;
+  } else {
+    for (tcp_dialing_t **pp = &ctx->dialing; *pp; pp = &(*pp)->next)
+      if (*pp == &d->rec) {
+        *pp = d->rec.next;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&ctx->mu);
+}
+
 /* One TCP connect attempt: the connected fd, or -1 with errno. */
 static int try_connect(dial_t *d) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = dial_socket(d);
   if (fd < 0) return -1;
   struct sockaddr_in me = d->ctx->addr;
   me.sin_port = 0;
@@ -46,7 +81,7 @@ static int try_connect(dial_t *d) {
       (connect(fd, (struct sockaddr *)&d->to, sizeof d->to) &&
        errno != EINPROGRESS)) {
     int e = errno;
-    close(fd);
+    dial_drop(d);
     errno = e;
     return -1;
   }
@@ -57,7 +92,7 @@ static int try_connect(dial_t *d) {
   socklen_t elen = sizeof err;
   if (ready > 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
   if (err) {
-    close(fd);
+    dial_drop(d);
     errno = err;
     return -1;
   }
@@ -175,6 +210,41 @@ static int after_refusal(dial_t *d, int n) {
   return 0;
 }
 
+/* Makes the socket a peer's; it leaves the dialling list in the same
+ * step, so that no fork sees the number in neither or, closed by the poll
+ * thread and reused, still in the list. */
+static int hand_over(dial_t *d, uint32_t index, int fd) {
+  pthread_mutex_lock(&d->ctx->mu);
+  int rc = mep__tcp_peer_install(d->p, index, fd, 1);
+  if (!rc) d->rec.fd = -1;
+  pthread_mutex_unlock(&d->ctx->mu);
+  return rc;
+}
+
+static int dial_all(dial_t *d) {
+  tcp_ctx_t *ctx = d->ctx;
+  for (int i = 0, refused = 0; i < ctx->cfg.nsock; i++) {
+    int fd = -1;
+    int rc = connect_retrying(d, &fd);
+    if (!rc) rc = handshake(d, fd, (uint32_t)i);
+    if (rc == 1) { /* refused for now: this socket again, after a while */
+      dial_drop(d);
+      if ((rc = after_refusal(d, ++refused))) return rc;
+      i--;
+      continue;
+    }
+    if (!rc && (rc = hand_over(d, (uint32_t)i, fd)))
+      ctx->env->set_error("tcp: connect to rank %d at %s: socket %d could "
+                          "not be set up (the peer failed meanwhile, or "
+                          "epoll_ctl failed)", d->p->rank, d->where, i);
+    if (rc) {
+      dial_drop(d);
+      return rc;
+    }
+  }
+  return 0;
+}
+
 int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
                   int64_t deadline) {
   dial_t d = {.ctx = ctx, .p = p, .deadline = deadline};
@@ -183,24 +253,9 @@ int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
   d.to.sin_port = htons(a->port);
   d.to_inc = a->incarnation;
   mep__tcp_fmt_addr(&d.to, d.where, sizeof d.where);
-  for (int i = 0, refused = 0; i < ctx->cfg.nsock; i++) {
-    int fd = -1;
-    int rc = connect_retrying(&d, &fd);
-    if (!rc) rc = handshake(&d, fd, (uint32_t)i);
-    if (rc == 1) { /* refused for now: this socket again, after a while */
-      close(fd);
-      if ((rc = after_refusal(&d, ++refused))) return rc;
-      i--;
-      continue;
-    }
-    if (!rc && (rc = mep__tcp_peer_install(p, (uint32_t)i, fd, 1)))
-      ctx->env->set_error("tcp: connect to rank %d at %s: socket %d could "
-                          "not be set up (the peer failed meanwhile, or "
-                          "epoll_ctl failed)", p->rank, d.where, i);
-    if (rc) {
-      if (fd >= 0) close(fd);
-      return rc;
-    }
-  }
-  return 0;
+  dial_list(&d, 1);
+  int rc = dial_all(&d);
+  dial_drop(&d);
+  dial_list(&d, 0);
+  return rc;
 }

@@ -1,10 +1,9 @@
 /*
  * fork.c - a child made by fork() lets go of the context's sockets
  * (plugins/common/fork_watch.h says why): the listener, the connections in
- * their handshake and every peer's sockets. They are made, adopted and
- * closed under poll_mu and mu, which the fork handlers hold; a dialled
- * socket not yet adopted is the exception (a connect() in progress in
- * another thread holds it alone, and the child keeps that one).
+ * their handshake, the sockets connect() is dialling and every peer's
+ * sockets. They are made, adopted and closed under poll_mu or mu, which
+ * the fork handlers hold.
  */
 #include "tcp.h"
 
@@ -13,6 +12,8 @@ static void let_go_all(void *arg, int dead) {
   mep__fork_let_go(ctx->lfd, dead);
   for (const tcp_hs_t *hs = ctx->hs; hs; hs = hs->next)
     mep__fork_let_go(hs->fd, dead);
+  for (const tcp_dialing_t *d = ctx->dialing; d; d = d->next)
+    mep__fork_let_go(d->fd, dead);
   for (int r = 0; r < ctx->size; r++) {
     const tcp_peer_t *p = ctx->peers[r];
     for (int i = 0; p && i < ctx->cfg.nsock; i++)

@@ -9,8 +9,8 @@
  *   ctx->poll_mu held by poll() throughout, and by whoever frees a peer's
  *               fds or memory (close, connect, see "Lifetime" below), so
  *               nothing is freed under the poll thread's feet
- *   ctx->mu     the peers table, the tombstones, the shut flags and the
- *               pending handshakes
+ *   ctx->mu     the peers table, the tombstones, the shut flags, the
+ *               pending handshakes and the sockets being dialled
  *   peer->mu    a peer's state, its sockets' fds and send queues
  *   ctx->tx_mu  the sender thread's list and the sockets' tx_state
  *   ctx->cq_mu  the completion queue (a leaf)
@@ -214,6 +214,13 @@ typedef struct tcp_hs {
   uint8_t buf[MEP_TCP_HELLO_LEN + MEP_TCP_MAX_SECRET];
 } tcp_hs_t;
 
+/* A socket connect() is dialling, not yet a peer's: listed so that a
+ * forked child lets go of it too (fork.c). */
+typedef struct tcp_dialing {
+  int fd; /* -1: none at the moment */
+  struct tcp_dialing *next;
+} tcp_dialing_t;
+
 typedef struct tcp_mr {
   struct tcp_ctx *ctx;
   uint32_t id;
@@ -247,6 +254,7 @@ typedef struct tcp_ctx {
   tcp_peer_t **tombs; /* size entries: the last closed ep of each rank */
   uint8_t *shut;      /* size entries: closed, no connect() since */
   tcp_hs_t *hs;
+  struct tcp_dialing *dialing; /* connect()s dialling now (dial.c) */
   int nhs;                    /* atomic reads outside mu */
   int64_t hs_next_deadline;   /* atomic reads outside mu */
   int reap;                   /* atomic: some dead peer has open fds */
