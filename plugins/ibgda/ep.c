@@ -162,6 +162,7 @@ int mep__ibgda_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
   pthread_mutex_lock(&ctx->mu);
   ctx->peers[peer] = ep;
   pthread_mutex_unlock(&ctx->mu);
+  mep__rdma_boot_adopted(&ctx->boot, &ep->link_fd); /* ctx->peers has it */
   IBGDA_LOG(ctx, MEP_LOG_DEBUG, "ibgda: rank %d connected to rank %d: QPs "
             "0x%x -> 0x%x (host), 0x%x -> 0x%x (kernels; %s)", ctx->rank,
             peer, ep->qp->qpn, ep->peer_qpn, ep->kqp->qpn, ep->peer_kqpn,

@@ -117,7 +117,10 @@ int mep__verbs_connect(mep_tp_ctx_t *ctxp, int peer, const void *blob,
     rc = mep__rdma_boot_connect(&ctx->boot, peer, &a.boot, &mine, up_cb, ep,
                                 deadline, &ep->link_fd);
   }
-  if (!rc) rc = publish(ctx, ep);
+  if (!rc) {
+    rc = publish(ctx, ep); /* in ctx->peers, the fork walker's, if it worked */
+    mep__rdma_boot_adopted(&ctx->boot, &ep->link_fd);
+  }
   if (rc) {
     mep__verbs_ep_free(ep);
     unclaim(ctx, peer);

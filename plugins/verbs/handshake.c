@@ -132,6 +132,7 @@ static int bind_in_range(int fd, struct sockaddr_in *a, int lo, int hi) {
 int mep__rdma_boot_open(mep__rdma_boot_t *b, const mep__rdma_boot_opts_t *o) {
   b->lfd = -1;
   b->pend = NULL;
+  b->setups = NULL;
   b->npend = 0;
   pthread_mutex_init(&b->mu, NULL);
   b->live = 1;
@@ -164,6 +165,12 @@ int mep__rdma_boot_open(mep__rdma_boot_t *b, const mep__rdma_boot_opts_t *o) {
   return 0;
 }
 
+/* A connection being set up (mep__rdma_boot_t.setups). */
+typedef struct mep__rdma_setup {
+  int *fd;
+  struct mep__rdma_setup *next;
+} setup_t;
+
 static void pend_free(pend_t *p) {
   if (p->fd >= 0) close(p->fd);
   free(p);
@@ -177,6 +184,11 @@ void mep__rdma_boot_close(mep__rdma_boot_t *b) {
     pend_free(p);
   }
   b->npend = 0;
+  while (b->setups) { /* a connect() that never ended: the caller's bug */
+    setup_t *s = b->setups;
+    b->setups = s->next;
+    free(s);
+  }
   if (b->lfd >= 0) close(b->lfd);
   b->lfd = -1;
   pthread_mutex_destroy(&b->mu);
@@ -188,6 +200,16 @@ void mep__rdma_boot_let_go(mep__rdma_boot_t *b, int dead) {
   mep__fork_let_go(b->lfd, dead);
   for (const pend_t *p = b->pend; p; p = p->next)
     mep__fork_let_go(p->fd, dead);
+  for (const setup_t *s = b->setups; s; s = s->next)
+    mep__fork_let_go(*s->fd, dead);
+}
+
+/* Closes the socket of a set-up, under b->mu (see mep__rdma_boot_let_go). */
+static void setup_close(mep__rdma_boot_t *b, int *fd) {
+  pthread_mutex_lock(&b->mu);
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+  pthread_mutex_unlock(&b->mu);
 }
 
 void mep__rdma_boot_self(const mep__rdma_boot_t *b, mep__rdma_boot_addr_t *a) {
@@ -248,6 +270,7 @@ static int recv_msg(int fd, uint8_t *buf, size_t cap, size_t *have,
 
 typedef struct dial {
   mep__rdma_boot_t *b;
+  int *fd; /* the caller's: the socket being dialled, or -1 */
   int peer;
   const mep__rdma_boot_addr_t *to;
   char where[64];
@@ -265,9 +288,13 @@ static int transient(int e) {
          e == EHOSTUNREACH || e == ENETUNREACH || e == EAGAIN;
 }
 
-/* One TCP connect attempt: the connected fd, or -1 with errno. */
+/* One TCP connect attempt: the connected fd (in *d->fd), or -1 with
+ * errno. */
 static int try_connect(dial_t *d) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  pthread_mutex_lock(&d->b->mu);
+  int fd = *d->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                           0);
+  pthread_mutex_unlock(&d->b->mu);
   if (fd < 0) return -1;
   struct sockaddr_in to = {.sin_family = AF_INET,
                            .sin_port = htons(d->to->port)};
@@ -278,7 +305,7 @@ static int try_connect(dial_t *d) {
       (connect(fd, (struct sockaddr *)&to, sizeof to) &&
        errno != EINPROGRESS)) {
     int e = errno;
-    close(fd);
+    setup_close(d->b, d->fd);
     errno = e;
     return -1;
   }
@@ -294,7 +321,7 @@ static int try_connect(dial_t *d) {
     }
   }
   if (err) {
-    close(fd);
+    setup_close(d->b, d->fd);
     errno = err;
     return -1;
   }
@@ -313,12 +340,11 @@ static void pause_until(int64_t until) {
 /* A connected socket to the acceptor, retrying while it is refused (it
  * may not listen yet only in theory: the blob is published after listen;
  * a full backlog or a lost SYN are the real cases). */
-static int dial_socket(dial_t *d, int *fd_out) {
+static int dial_socket(dial_t *d) {
   mep__rdma_boot_t *b = d->b;
   int64_t backoff = 10;
   for (int tries = 1;; tries++) {
-    int fd = try_connect(d);
-    if (fd >= 0) return *fd_out = fd, 0;
+    if (try_connect(d) >= 0) return 0;
     int e = errno;
     int64_t now = mep__rdma_now_ms();
     if (now >= d->deadline)
@@ -357,13 +383,13 @@ static int dial_fail(dial_t *d, int rc, const char *step) {
                 b->name, b->env->rank, d->peer, d->where, step, what);
 }
 
-/* One attempt: 0 (up, *fd set), 1 (refused for now) or an error. */
+/* One attempt: 0 (up, *d->fd set), 1 (refused for now) or an error. */
 static int dial_once(dial_t *d, const mep__rdma_qpinfo_t *mine,
-                     mep__rdma_up_fn up, void *arg, int *fd_out) {
+                     mep__rdma_up_fn up, void *arg) {
   mep__rdma_boot_t *b = d->b;
-  int fd = -1;
-  int rc = dial_socket(d, &fd);
+  int rc = dial_socket(d);
   if (rc) return rc;
+  int fd = *d->fd;
   uint8_t hello[MEP_RDMA_MAX_MSG];
   mep__rdma_hello_t h = {
       .from = (uint32_t)b->env->rank, .to = (uint32_t)d->peer,
@@ -378,7 +404,7 @@ static int dial_once(dial_t *d, const mep__rdma_qpinfo_t *mine,
                             d->deadline)))
     rc = dial_fail(d, rc, "waiting for its answer");
   if (!rc && d->nak) {
-    close(fd);
+    setup_close(b, d->fd);
     d->refusals++;
     d->last_refusal = d->nak;
     if (d->nak == MEP_RDMA_NAK_STALE)
@@ -393,22 +419,19 @@ static int dial_once(dial_t *d, const mep__rdma_qpinfo_t *mine,
                        (uint32_t)d->peer);
   if (!rc && (rc = send_all(fd, ready, sizeof ready, d->deadline)))
     rc = dial_fail(d, rc, "sending ready");
-  if (rc) {
-    close(fd);
-    return rc;
-  }
-  *fd_out = fd;
-  return 0;
+  if (rc) setup_close(b, d->fd);
+  return rc;
 }
 
 static int dial(mep__rdma_boot_t *b, int peer, const mep__rdma_boot_addr_t *to,
                 const mep__rdma_qpinfo_t *mine, mep__rdma_up_fn up, void *arg,
                 int64_t deadline, int *fd) {
-  dial_t d = {.b = b, .peer = peer, .to = to, .deadline = deadline};
+  dial_t d = {.b = b, .fd = fd, .peer = peer, .to = to,
+             .deadline = deadline};
   mep__rdma_fmt_addr(to->ip, to->port, d.where, sizeof d.where);
   int64_t backoff = HS_BACKOFF_MS;
   for (;;) {
-    int rc = dial_once(&d, mine, up, arg, fd);
+    int rc = dial_once(&d, mine, up, arg);
     if (rc <= 0) return rc;
     int64_t until = mep__rdma_now_ms() + backoff;
     if (until >= deadline)
@@ -595,6 +618,7 @@ static int accept_peer(mep__rdma_boot_t *b, int peer,
   while (!p) {
     pthread_mutex_lock(&b->mu);
     p = pump(b, peer, to->incarnation);
+    if (p) *fd = p->fd; /* off b->pend: the set-up covers it now */
     pthread_mutex_unlock(&b->mu);
     if (p) break;
     if (mep__rdma_now_ms() >= deadline) {
@@ -627,24 +651,42 @@ static int accept_peer(mep__rdma_boot_t *b, int peer,
                 rc == MEP_ERR_PROTOCOL ? "garbage instead"
                 : rc == MEP_ERR_TIMEOUT ? "no answer before the deadline"
                                         : "it went away");
-  if (rc) {
-    pend_free(p);
-    return rc;
-  }
-  *fd = p->fd;
   p->fd = -1;
   pend_free(p);
-  return 0;
+  if (rc) setup_close(b, fd);
+  return rc;
 }
 
 int mep__rdma_boot_connect(mep__rdma_boot_t *b, int peer,
                            const mep__rdma_boot_addr_t *to,
                            const mep__rdma_qpinfo_t *mine, mep__rdma_up_fn up,
                            void *arg, int64_t deadline, int *fd) {
+  setup_t *s = malloc(sizeof *s);
+  if (!s)
+    return HS_ERR(b, MEP_ERR_NOMEM, "%s: rank %d: connect to rank %d: out "
+                  "of memory", b->name, b->env->rank, peer);
+  pthread_mutex_lock(&b->mu);
   *fd = -1;
-  return b->env->rank < peer ? dial(b, peer, to, mine, up, arg, deadline, fd)
-                             : accept_peer(b, peer, to, mine, up, arg,
-                                           deadline, fd);
+  *s = (setup_t){.fd = fd, .next = b->setups};
+  b->setups = s;
+  pthread_mutex_unlock(&b->mu);
+  int rc = b->env->rank < peer
+               ? dial(b, peer, to, mine, up, arg, deadline, fd)
+               : accept_peer(b, peer, to, mine, up, arg, deadline, fd);
+  if (rc) mep__rdma_boot_adopted(b, fd);
+  return rc;
+}
+
+void mep__rdma_boot_adopted(mep__rdma_boot_t *b, int *fd) {
+  pthread_mutex_lock(&b->mu);
+  for (setup_t **pp = &b->setups; *pp; pp = &(*pp)->next)
+    if ((*pp)->fd == fd) {
+      setup_t *s = *pp;
+      *pp = s->next;
+      free(s);
+      break;
+    }
+  pthread_mutex_unlock(&b->mu);
 }
 
 /* ------------------------------------------------ the liveness channel */

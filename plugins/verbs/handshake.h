@@ -256,6 +256,9 @@ typedef struct mep__rdma_boot {
   pthread_mutex_t mu;
   struct mep__rdma_pending *pend;
   int npend;
+  /* connections being set up: where each one's socket is (the caller's
+   * storage), from mep__rdma_boot_connect to mep__rdma_boot_adopted */
+  struct mep__rdma_setup *setups;
   int live; /* between open and close */
 } mep__rdma_boot_t;
 
@@ -281,7 +284,8 @@ void mep__rdma_boot_self(const mep__rdma_boot_t *b, mep__rdma_boot_addr_t *a);
  * lower rank dials, the higher accepts. `mine` is this side's qpinfo
  * (queue pairs created, at INIT); `up` brings them to RTS once the peer's
  * is known. Returns 0 with *fd the connected socket (non-blocking, the
- * liveness channel: the caller owns it), or MEP_ERR_TIMEOUT at the
+ * liveness channel: the caller owns it; it calls mep__rdma_boot_adopted
+ * once the socket is in its tables), or MEP_ERR_TIMEOUT at the
  * deadline, MEP_ERR_AUTH when the peer refused this process, MEP_ERR_
  * PEER_FAILED when it went away, MEP_ERR_PROTOCOL for garbage, or what
  * `up` returned; the error is set and names both ranks and the address. */
@@ -289,6 +293,13 @@ int mep__rdma_boot_connect(mep__rdma_boot_t *b, int peer,
                            const mep__rdma_boot_addr_t *to,
                            const mep__rdma_qpinfo_t *mine, mep__rdma_up_fn up,
                            void *arg, int64_t deadline, int *fd);
+/* The caller has put *fd where its fork walker finds it (its table of
+ * live endpoints), or is about to close it: the set-up that
+ * mep__rdma_boot_connect began for this fd ends, and a forked child no
+ * longer lets go of *fd through the boot. Until then, *fd is made, closed
+ * and written under b->mu, and mep__rdma_boot_let_go covers it. Call it
+ * once after each successful connect; a failed one has ended already. */
+void mep__rdma_boot_adopted(mep__rdma_boot_t *b, int *fd);
 
 /* ------------------------------------------------ the liveness channel */
 

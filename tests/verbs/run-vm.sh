@@ -11,7 +11,7 @@
 # collective and send/recv from 1 B to 16 MiB, put/signal at odd sizes and
 # offsets, the fault tests (a rank killed mid-collective, one SIGSTOPped
 # past the deadline, a replacement that rejoins, a rank killed while a
-# child it forked lives on), the EP CPU path and the
+# child it forked lives on, a fork during a dial), the EP CPU path and the
 # c10d backend, all with MEP_TRANSPORTS=verbs; and the ibgda plugin's
 # answer where the RDMA device is not mlx5. Prints one line per test
 # (PASS/FAIL/SKIP name, its seconds) and last "N passed, N failed".
@@ -125,6 +125,8 @@ run plugin-check-4qp 600 env MEP_VERBS_QPS_PER_PEER=4 MEP_VERBS_STRIPE_BYTES=409
 run select-verbs-tcp 300 "$B/tests/verbs/test_verbs_select"
 # a rank killed while a child it forked lives on (plugins/common/fork_watch.c)
 run fork-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork"
+# a fork while another thread's connect() dials
+run fork-dial-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork_dial"
 run perf-check-2ranks-uint8 900 perf_all 2 uint8
 run perf-check-3ranks 900 perf_all 3 float32
 run perf-check-4ranks 900 perf_all 4 float32

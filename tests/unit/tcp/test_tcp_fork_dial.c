@@ -1,18 +1,22 @@
 /*
- * test_tcp_fork_dial - a child forked while another thread dials a peer
- * does not keep the dialled connection (plugins/tcp/dial.c, fork.c).
+ * test_tcp_fork_dial - a child forked while another thread's connect()
+ * dials a peer does not keep the dialled socket (tcp: plugins/tcp/dial.c;
+ * verbs and ibgda, MEP_TT_PLUGIN: the set-ups of
+ * plugins/verbs/handshake.c).
  *
- * This process (M) listens on a plain socket that accepts and never
- * answers, so a dialler waits for the acceptor's ack until its deadline.
- * D, its child, opens a tcp context as rank 0 and calls connect() for
- * rank 1 at that port on a second thread; once M has accepted the
- * connection, D's main thread forks C. In C (async-signal-safe calls
- * only), no inet socket may be left: the listener and the socket being
- * dialled are unconnected AF_UNIX sockets. Then D is SIGKILLed while C
- * sleeps: M's end of the dialled connection must see its end within 5 s
- * (the dial's deadline is 20 s; a child holding the socket would keep it
- * open for its whole life). Every wait has a deadline; this process is a
- * child subreaper, so the orphaned C is reaped here.
+ * The acceptor never answers, so the dialler waits for the answer until
+ * its deadline (20 s): for tcp (its address blob made here with wire.c),
+ * a plain socket this process (M) listens on; for the other plugins, a
+ * real context of rank 1 (process A) that never calls connect(), so its
+ * hello sits unread. D opens a context as rank 0 and calls connect() for
+ * rank 1 on a second thread; once D has a connected inet socket (the
+ * dial), its main thread forks C. In C (async-signal-safe calls only), no
+ * inet socket may be left: the listener and the dialled socket are
+ * unconnected AF_UNIX sockets. For tcp, D is then SIGKILLed while C
+ * sleeps, and M's end of the dialled connection must see its end within
+ * 5 s (a child holding the socket would keep it open for its life).
+ * Every wait has a deadline; this process is a child subreaper, so the
+ * orphaned C is reaped here.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -36,22 +40,20 @@
 
 typedef struct dialler {
   tt_host_t h;
-  uint8_t blob[MEP_TCP_ADDR_LEN];
-  int rc;
+  uint8_t blob[MEP_TP_MAX_ADDR];
+  size_t len;
 } dialler_t;
 
 static void *dial_thread(void *arg) {
   dialler_t *d = arg;
   mep_tp_ep_t *ep = NULL;
-  d->rc = d->h.vt->connect(d->h.ctx, 1, d->blob, sizeof d->blob, &ep);
+  d->h.vt->connect(d->h.ctx, 1, d->blob, d->len, &ep);
   return NULL;
 }
 
-/* C: counts its inet sockets and the connected ones, writes both. */
-static _Noreturn void child(int wfd) {
-  close(STDOUT_FILENO);
-  close(STDERR_FILENO);
-  int32_t found[2] = {0, 0};
+/* This process's inet sockets: how many, and how many are connected. */
+static void inet_census(int32_t found[2]) {
+  found[0] = found[1] = 0;
   for (int fd = 3; fd < 1024; fd++) {
     int dom = 0;
     socklen_t l = sizeof dom;
@@ -62,24 +64,37 @@ static _Noreturn void child(int wfd) {
     found[0]++;
     found[1] += !getpeername(fd, (void *)&a, &al);
   }
+}
+
+/* C: writes its census and sleeps until killed. */
+static _Noreturn void child(int wfd) {
+  close(STDOUT_FILENO);
+  close(STDERR_FILENO);
+  int32_t found[2];
+  inet_census(found);
   if (write(wfd, found, sizeof found) != sizeof found) _exit(2);
   struct timespec ts = {60, 0};
-  nanosleep(&ts, NULL); /* killed by M long before */
+  nanosleep(&ts, NULL);
   _exit(0);
 }
 
-/* D: dials on a thread, forks C once M says the dial was accepted. */
-static _Noreturn void dialler(uint16_t port, int cfd, int wfd) {
+/* D: dials rank 1 on a thread; forks C once the dial is connected. */
+static _Noreturn void dialler(int cfd, int wfd) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(60);
   static dialler_t d;
   tt_open(&d.h, 0, 2, NULL, 0, 1, "lo", 20000);
-  mep__tcp_addr_t a = {.ip = {127, 0, 0, 1}, .port = port, .incarnation = 7};
-  mep__tcp_addr_encode(d.blob, &a);
+  d.len = tt_recv(cfd, d.blob, sizeof d.blob, 20000);
   pthread_t t;
   TT_CHECK(!pthread_create(&t, NULL, dial_thread, &d), "pthread_create");
-  uint8_t go;
-  tt_recv(cfd, &go, 1, 20000);
+  int32_t found[2];
+  double deadline = tt_now() + 10;
+  do {
+    TT_CHECK(tt_now() < deadline, "connect() has no connected socket "
+             "after 10 s");
+    usleep(1000);
+    inet_census(found);
+  } while (found[1] == 0);
   fflush(stdout);
   fflush(stderr);
   pid_t c = fork();
@@ -87,8 +102,24 @@ static _Noreturn void dialler(uint16_t port, int cfd, int wfd) {
   if (c == 0) child(wfd);
   int32_t pid = (int32_t)c;
   tt_send(cfd, &pid, sizeof pid);
-  tt_recv(cfd, &go, 1, 30000); /* M kills us meanwhile */
+  uint8_t end;
+  tt_recv(cfd, &end, 1, 30000); /* M kills us meanwhile */
   TT_FAIL("the dialler was not killed");
+}
+
+/* A (other plugins): rank 1, listening, silent. */
+static _Noreturn void acceptor(int cfd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  alarm(60);
+  tt_host_t h;
+  tt_open(&h, 1, 2, NULL, 0, 1, "lo", 20000);
+  uint8_t blob[MEP_TP_MAX_ADDR];
+  size_t n = sizeof blob;
+  TT_OK(h.vt->address(h.ctx, blob, &n));
+  tt_send(cfd, blob, n);
+  uint8_t end;
+  tt_recv(cfd, &end, 1, 30000); /* killed meanwhile */
+  TT_FAIL("the acceptor was not killed");
 }
 
 static int listener(uint16_t *port) {
@@ -103,21 +134,16 @@ static int listener(uint16_t *port) {
   return fd;
 }
 
-/* Accepts the dialler's connection and reads its hello, within 10 s. */
 static int accept_dial(int lfd) {
   struct pollfd pf = {.fd = lfd, .events = POLLIN};
   TT_CHECK(poll(&pf, 1, 10000) == 1, "the dialler never connected");
   int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
   TT_CHECK(fd >= 0, "accept: %s", strerror(errno));
-  uint8_t hello[256];
-  pf = (struct pollfd){.fd = fd, .events = POLLIN};
-  TT_CHECK(poll(&pf, 1, 10000) == 1 && recv(fd, hello, sizeof hello, 0) > 0,
-           "no hello came");
   return fd;
 }
 
-/* Seconds until fd reads its end (0 bytes or an error), at most `limit`;
- * the hello's remaining bytes, if any, are read past. */
+/* Seconds until fd reads its end (0 bytes or an error), or -1 after
+ * `limit`; the hello's bytes are read past. */
 static double until_end(int fd, double limit) {
   double t0 = tt_now();
   for (;;) {
@@ -131,32 +157,64 @@ static double until_end(int fd, double limit) {
   }
 }
 
+static pid_t spawn(void (*fn)(int, int), int *cfd, int wfd) {
+  int sv[2];
+  TT_CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+           "socketpair");
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork(); /* this process has no threads */
+  TT_CHECK(pid >= 0, "fork");
+  if (pid == 0) {
+    close(sv[0]);
+    fn(sv[1], wfd);
+    _exit(0);
+  }
+  close(sv[1]);
+  *cfd = sv[0];
+  return pid;
+}
+
+static void run_acceptor(int cfd, int wfd) {
+  (void)wfd;
+  acceptor(cfd);
+}
+
+static int g_lfd = -1; /* M's listener (tcp), not D's to hold */
+
+static void run_dialler(int cfd, int wfd) {
+  if (g_lfd >= 0) close(g_lfd);
+  dialler(cfd, wfd);
+}
+
 int main(void) {
   alarm(120);
   signal(SIGPIPE, SIG_IGN);
   TT_CHECK(!prctl(PR_SET_CHILD_SUBREAPER, 1), "PR_SET_CHILD_SUBREAPER");
-  uint16_t port;
-  int lfd = listener(&port);
-  int sv[2], pv[2];
-  TT_CHECK(!socketpair(AF_UNIX, SOCK_STREAM, 0, sv), "socketpair");
+  const char *plugin = getenv("MEP_TT_PLUGIN");
+  int own = !plugin || !*plugin; /* tcp, with the acceptor made here */
+  int pv[2], lfd = -1, acfd = -1, dcfd;
   TT_CHECK(!pipe2(pv, O_CLOEXEC), "pipe");
-  fflush(stdout);
-  fflush(stderr);
-  pid_t d = fork(); /* before any thread of this process */
-  TT_CHECK(d >= 0, "fork");
-  if (d == 0) {
-    close(lfd);
-    close(sv[0]);
-    close(pv[0]);
-    dialler(port, sv[1], pv[1]);
+  uint8_t blob[MEP_TP_MAX_ADDR];
+  size_t len;
+  pid_t a = 0;
+  if (own) {
+    uint16_t port;
+    g_lfd = lfd = listener(&port);
+    mep__tcp_addr_t ad = {.ip = {127, 0, 0, 1}, .port = port,
+                          .incarnation = 7};
+    mep__tcp_addr_encode(blob, &ad);
+    len = MEP_TCP_ADDR_LEN;
+  } else {
+    a = spawn(run_acceptor, &acfd, -1);
+    len = tt_recv(acfd, blob, sizeof blob, 20000);
   }
-  close(sv[1]);
+  pid_t d = spawn(run_dialler, &dcfd, pv[1]);
   close(pv[1]);
-  int afd = accept_dial(lfd);
-  uint8_t go = 1;
-  tt_send(sv[0], &go, 1);
+  tt_send(dcfd, blob, len);
+  int afd = own ? accept_dial(lfd) : -1;
   int32_t cpid, found[2];
-  tt_recv(sv[0], &cpid, sizeof cpid, 20000);
+  tt_recv(dcfd, &cpid, sizeof cpid, 20000);
   struct pollfd pf = {.fd = pv[0], .events = POLLIN};
   TT_CHECK(poll(&pf, 1, 20000) == 1 &&
            read(pv[0], found, sizeof found) == sizeof found,
@@ -164,7 +222,7 @@ int main(void) {
   TT_CHECK(found[0] == 0, "the child forked while connect() dialled holds %d "
            "inet socket(s), %d of them connected", found[0], found[1]);
   TT_CHECK(!kill(d, SIGKILL), "kill");
-  double took = until_end(afd, 5);
+  double took = own ? until_end(afd, 5) : 0;
   TT_CHECK(took >= 0, "the dialler was killed 5 s ago and its connection is "
            "still open: the forked child holds it");
   int st = tt_reap(d, 10000);
@@ -174,11 +232,20 @@ int main(void) {
   kill(cpid, SIGKILL);
   st = tt_reap(cpid, 10000);
   TT_CHECK(st >= 0 && WIFSIGNALED(st), "the forked child: status %#x", st);
-  close(afd);
-  close(lfd);
-  close(sv[0]);
+  if (a) {
+    kill(a, SIGKILL);
+    st = tt_reap(a, 10000);
+    TT_CHECK(st >= 0 && WIFSIGNALED(st), "the acceptor: status %#x", st);
+    close(acfd);
+  }
+  if (own) {
+    close(afd);
+    close(lfd);
+  }
+  close(dcfd);
   close(pv[0]);
-  printf("ok: a child forked during a dial holds no inet socket; the dial "
-         "ended %.3f s after its process\n", took);
+  printf("ok: %s: a child forked during a dial holds no inet socket%s\n",
+         own ? "tcp" : plugin, own ? "; the dialled connection ended with "
+                                     "its process" : "");
   return 0;
 }
