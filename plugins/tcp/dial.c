@@ -210,9 +210,9 @@ static int after_refusal(dial_t *d, int n) {
   return 0;
 }
 
-/* Makes the socket a peer's; it leaves the dialling list in the same
- * step, so that no fork sees the number in neither or, closed by the poll
- * thread and reused, still in the list. */
+/* Makes the socket a peer's and takes it off the dialling list in one
+ * step under ctx->mu: a fork never finds it in neither place, nor still
+ * listed after the poll thread has closed it and the number was reused. */
 static int hand_over(dial_t *d, uint32_t index, int fd) {
   pthread_mutex_lock(&d->ctx->mu);
   int rc = mep__tcp_peer_install(d->p, index, fd, 1);
