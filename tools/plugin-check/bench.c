@@ -97,19 +97,37 @@ static void latency(bench_t *b) {
   free(rtt);
 }
 
-/* `count` writes of `size` bytes back to back, each followed by a signal;
- * the receiver acknowledges once it has seen them all. */
+/* `count` writes of `size` bytes to the peer back to back, each followed
+ * by an add of 1 to its signal word `word`. */
+static void send_batch(bench_t *b, uint64_t size, int count, size_t word,
+                       const char *what) {
+  pc_sess_t *s = b->s;
+  for (int j = 0; j < count; j++) {
+    if (s->n_inflight >= PC_BW_WINDOW)
+      pc_wait_inflight_below(s, PC_BW_WINDOW, what);
+    pc_write(s, &b->big_src, 0, &b->rbig, 0, size);
+    pc_signal(s, &b->rctl, word, 1, MEP_SIGNAL_ADD);
+  }
+}
+
+/* Rank 0's table row for a batch (a warm-up of one write prints none). */
+static void rate_row(const bench_t *b, const char *test, uint64_t size,
+                     int count, double bytes, int64_t t0) {
+  double ns = (double)(pc_now_ns() - t0);
+  if (b->w->rank == 0 && count > 1)
+    pc_bench_line("%-10s %10llu %8d %12s %12s %12s %12s %10.3f", test,
+                  (unsigned long long)size, count, "-", "-", "-", "-",
+                  bytes / ns);
+}
+
+/* One way: rank 0 sends the batch; the receiver acknowledges once it has
+ * seen it all. */
 static void bandwidth(bench_t *b, uint64_t size, int count, uint64_t *data,
                       uint64_t *acks) {
   pc_sess_t *s = b->s;
   int64_t t0 = pc_now_ns();
   if (b->w->rank == 0) {
-    for (int j = 0; j < count; j++) {
-      if (s->n_inflight >= PC_BW_WINDOW)
-        pc_wait_inflight_below(s, PC_BW_WINDOW, "bandwidth writes");
-      pc_write(s, &b->big_src, 0, &b->rbig, 0, size);
-      pc_signal(s, &b->rctl, PC_W_DATA, 1, MEP_SIGNAL_ADD);
-    }
+    send_batch(b, size, count, PC_W_DATA, "bandwidth writes");
     wait_moving(b, PC_W_ACK, ++*acks, "the receiver's acknowledgement");
     pc_wait_all(s, "bandwidth writes");
   } else {
@@ -117,36 +135,22 @@ static void bandwidth(bench_t *b, uint64_t size, int count, uint64_t *data,
     wait_moving(b, PC_W_DATA, *data, "the bandwidth writes");
     pc_signal(s, &b->rctl, PC_W_ACK, 1, MEP_SIGNAL_ADD);
   }
-  double ns = (double)(pc_now_ns() - t0);
-  if (b->w->rank == 0 && count > 1)
-    pc_bench_line("%-10s %10llu %8d %12s %12s %12s %12s %10.3f", "bandwidth",
-                  (unsigned long long)size, count, "-", "-", "-", "-",
-                  (double)size * count / ns);
+  rate_row(b, "bandwidth", size, count, (double)size * count, t0);
 }
 
-/* Both ranks write `count` writes of `size` bytes to each other at once;
- * each acknowledges the peer's batch once it has landed. GB/s counts the
- * bytes of both directions. */
+/* Both ways at once: each rank sends the batch and acknowledges the
+ * peer's once it has landed. GB/s counts the bytes of both directions. */
 static void both_ways(bench_t *b, uint64_t size, int count, uint64_t *data,
                       uint64_t *acks) {
   pc_sess_t *s = b->s;
   *data += (uint64_t)count;
   int64_t t0 = pc_now_ns();
-  for (int j = 0; j < count; j++) {
-    if (s->n_inflight >= PC_BW_WINDOW)
-      pc_wait_inflight_below(s, PC_BW_WINDOW, "both-ways writes");
-    pc_write(s, &b->big_src, 0, &b->rbig, 0, size);
-    pc_signal(s, &b->rctl, PC_W_BDATA, 1, MEP_SIGNAL_ADD);
-  }
+  send_batch(b, size, count, PC_W_BDATA, "both-ways writes");
   wait_moving(b, PC_W_BDATA, *data, "the peer's writes");
   pc_signal(s, &b->rctl, PC_W_BACK, 1, MEP_SIGNAL_ADD);
   wait_moving(b, PC_W_BACK, ++*acks, "the peer's acknowledgement");
   pc_wait_all(s, "both-ways writes");
-  double ns = (double)(pc_now_ns() - t0);
-  if (b->w->rank == 0 && count > 1)
-    pc_bench_line("%-10s %10llu %8d %12s %12s %12s %12s %10.3f", "both_ways",
-                  (unsigned long long)size, count, "-", "-", "-", "-",
-                  2.0 * (double)size * count / ns);
+  rate_row(b, "both_ways", size, count, 2.0 * (double)size * count, t0);
 }
 
 static int count_for(const pc_worker_t *w, uint64_t size) {
@@ -154,6 +158,20 @@ static int count_for(const pc_worker_t *w, uint64_t size) {
   if (n > PC_BW_MAX_ITERS) n = PC_BW_MAX_ITERS;
   if (n < (uint64_t)w->opts->iters_bw) n = (uint64_t)w->opts->iters_bw;
   return (int)n;
+}
+
+typedef void point_fn(bench_t *b, uint64_t size, int count, uint64_t *data,
+                      uint64_t *acks);
+
+/* A warm-up write, then a point per size (64 MiB only, unless --sweep). */
+static void sweep(bench_t *b, point_fn *point, uint64_t big) {
+  uint64_t data = 0, acks = 0;
+  point(b, big, 1, &data, &acks);
+  pc_link_barrier(1, "the barrier after a warm-up");
+  for (uint64_t size = b->w->opts->sweep ? 4096 : big; size <= big; size *= 4) {
+    point(b, size, count_for(b->w, size), &data, &acks);
+    pc_link_barrier(1, "the barrier after a bandwidth point");
+  }
 }
 
 void pc_bench(pc_worker_t *w) {
@@ -182,20 +200,8 @@ void pc_bench(pc_worker_t *w) {
   latency(&b);
   pc_link_barrier(1, "the barrier after the latency test");
 
-  uint64_t data = 0, acks = 0;
-  bandwidth(&b, big, 1, &data, &acks); /* warm-up */
-  uint64_t first = w->opts->sweep ? 4096 : big;
-  for (uint64_t size = first; size <= big; size *= 4) {
-    bandwidth(&b, size, count_for(w, size), &data, &acks);
-    pc_link_barrier(1, "the barrier after a bandwidth point");
-  }
-  data = acks = 0;
-  both_ways(&b, big, 1, &data, &acks); /* warm-up */
-  pc_link_barrier(1, "the barrier after the both-ways warm-up");
-  for (uint64_t size = first; size <= big; size *= 4) {
-    both_ways(&b, size, count_for(w, size), &data, &acks);
-    pc_link_barrier(1, "the barrier after a both-ways point");
-  }
+  sweep(&b, bandwidth, big);
+  sweep(&b, both_ways, big);
 
   pc_remote_release(&s, &b.rctl);
   pc_remote_release(&s, &b.rsmall);
