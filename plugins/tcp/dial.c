@@ -254,8 +254,7 @@ int mep__tcp_dial(tcp_ctx_t *ctx, tcp_peer_t *p, const mep__tcp_addr_t *a,
   d.to_inc = a->incarnation;
   mep__tcp_fmt_addr(&d.to, d.where, sizeof d.where);
   dial_list(&d, 1);
-  int rc = dial_all(&d);
-  dial_drop(&d);
+  int rc = dial_all(&d); /* every way out has closed or handed over */
   dial_list(&d, 0);
   return rc;
 }
