@@ -78,8 +78,11 @@ static _Noreturn void child(int wfd) {
   _exit(0);
 }
 
+static int g_lfd = -1; /* M's listener (tcp), not D's to hold */
+
 /* D: dials rank 1 on a thread; forks C once the dial is connected. */
 static _Noreturn void dialler(int cfd, int wfd) {
+  if (g_lfd >= 0) close(g_lfd);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(60);
   static dialler_t d;
@@ -108,7 +111,8 @@ static _Noreturn void dialler(int cfd, int wfd) {
 }
 
 /* A (other plugins): rank 1, listening, silent. */
-static _Noreturn void acceptor(int cfd) {
+static _Noreturn void acceptor(int cfd, int wfd) {
+  (void)wfd;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   alarm(60);
   tt_host_t h;
@@ -157,6 +161,8 @@ static double until_end(int fd, double limit) {
   }
 }
 
+/* Forks a process running fn (which never returns) with its end of a
+ * control socket in *cfd. */
 static pid_t spawn(void (*fn)(int, int), int *cfd, int wfd) {
   int sv[2];
   TT_CHECK(!socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
@@ -168,23 +174,11 @@ static pid_t spawn(void (*fn)(int, int), int *cfd, int wfd) {
   if (pid == 0) {
     close(sv[0]);
     fn(sv[1], wfd);
-    _exit(0);
+    _exit(1);
   }
   close(sv[1]);
   *cfd = sv[0];
   return pid;
-}
-
-static void run_acceptor(int cfd, int wfd) {
-  (void)wfd;
-  acceptor(cfd);
-}
-
-static int g_lfd = -1; /* M's listener (tcp), not D's to hold */
-
-static void run_dialler(int cfd, int wfd) {
-  if (g_lfd >= 0) close(g_lfd);
-  dialler(cfd, wfd);
 }
 
 int main(void) {
@@ -206,10 +200,10 @@ int main(void) {
     mep__tcp_addr_encode(blob, &ad);
     len = MEP_TCP_ADDR_LEN;
   } else {
-    a = spawn(run_acceptor, &acfd, -1);
+    a = spawn(acceptor, &acfd, -1);
     len = tt_recv(acfd, blob, sizeof blob, 20000);
   }
-  pid_t d = spawn(run_dialler, &dcfd, pv[1]);
+  pid_t d = spawn(dialler, &dcfd, pv[1]);
   close(pv[1]);
   tt_send(dcfd, blob, len);
   int afd = own ? accept_dial(lfd) : -1;
