@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bind_source.h"
 #include "tcp.h"
 
 typedef struct dial {
@@ -75,9 +76,7 @@ static void dial_list(dial_t *d, int on) {
 static int try_connect(dial_t *d) {
   int fd = dial_socket(d);
   if (fd < 0) return -1;
-  struct sockaddr_in me = d->ctx->addr;
-  me.sin_port = 0;
-  if (bind(fd, (struct sockaddr *)&me, sizeof me) ||
+  if (mep__bind_source(fd, &d->ctx->addr) ||
       (connect(fd, (struct sockaddr *)&d->to, sizeof d->to) &&
        errno != EINPROGRESS)) {
     int e = errno;

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bind_source.h"
 #include "handshake.h"
 #include "fork_watch.h"
 
@@ -299,9 +300,7 @@ static int try_connect(dial_t *d) {
   struct sockaddr_in to = {.sin_family = AF_INET,
                            .sin_port = htons(d->to->port)};
   memcpy(&to.sin_addr, d->to->ip, 4);
-  struct sockaddr_in me = d->b->addr;
-  me.sin_port = 0;
-  if (bind(fd, (struct sockaddr *)&me, sizeof me) ||
+  if (mep__bind_source(fd, &d->b->addr) ||
       (connect(fd, (struct sockaddr *)&to, sizeof to) &&
        errno != EINPROGRESS)) {
     int e = errno;
