@@ -11,7 +11,9 @@ For each N of --ranks (default 2,4,8,16) it runs tools/mep-scale-probe
     peer, EP dispatch + combine (each the median over --iters calls on
     each rank, the slowest rank's, the median over the repetitions);
   - sockets per rank (from /proc/<pid>/fd) against (N-1) x sockets_per_peer
-    + 1 listening + 1 to the store;
+    + 1 listening + 1 to the store, and the store requests each rank's
+    mep_comm_create made (counted by the launcher's store) against
+    2 (N-1) + 3;
 then, at the largest N, the time from a SIGKILL of one rank to every
 survivor's degraded completion of its in-flight all-reduce
 (tools/mep-ft-bench, as docs/perf.md "Time from a lost rank ..." measures).
@@ -173,11 +175,11 @@ def agreement_traffic(N):
 
 
 def setup_store_ops(N):
-    """Store requests of one rank at creation (comm.c, region.c): the
-    secret, its card and N-1 cards, 9 regions' keys and 6 imports per
-    peer (collective receive staging and signals, rings and their
-    signals, control in-slots and signals)."""
-    return 1 + 1 + (N - 1) + CORE_REGIONS + 6 * (N - 1)
+    """Store requests of one rank at creation (comm.c, region_state.c):
+    the secret, its card and N-1 cards, its state (the 9 regions' keys in
+    one value) and N-1 peers' states (read once each; the 6 imports per
+    peer take their keys from it)."""
+    return 1 + 1 + (N - 1) + 1 + (N - 1)
 
 
 def decode_experts(N):
@@ -490,21 +492,28 @@ def main_bench(args):
     say()
 
     # sockets
-    say("## Connections per rank (sockets in /proc/<pid>/fd)")
+    say("## Connections per rank (sockets in /proc/<pid>/fd), and store "
+        "requests at creation")
     say()
     say("| ranks | sockets (min..max over ranks) | expected (N-1) x %d + "
-        "listener + store | file descriptors |" % k)
-    say("|---|---|---|---|")
+        "listener + store | file descriptors | store requests of "
+        "mep_comm_create (min..max over ranks) | formula |" % k)
+    say("|---|---|---|---|---|---|")
     for N, reps in results.items():
         rows = reps[0]
         s = sorted(r["socks"] for r in rows)
         fds = sorted(r["fds"] for r in rows)
-        say("| %d | %d..%d | %d | %d..%d |" % (N, s[0], s[-1],
-                                               sockets_per_rank(N, k),
-                                               fds[0], fds[-1]))
+        ops = sorted(r["create_store_ops"] for r in rows)
+        say("| %d | %d..%d | %d | %d..%d | %d..%d | %d |" % (
+            N, s[0], s[-1], sockets_per_rank(N, k), fds[0], fds[-1],
+            ops[0], ops[-1], setup_store_ops(N)))
         if s[0] != s[-1] or s[0] != sockets_per_rank(N, k):
             failures.append("%d ranks: sockets %s, expected %d each" % (
                 N, s, sockets_per_rank(N, k)))
+        if ops[0] != ops[-1] or ops[0] != setup_store_ops(N):
+            failures.append("%d ranks: store requests at creation %d..%d, "
+                            "the formula says %d" % (
+                                N, ops[0], ops[-1], setup_store_ops(N)))
     say()
 
     # time
@@ -551,9 +560,11 @@ def main_bench(args):
     if results:
         N = max(results)
         say("## Agreement after a failure at %d ranks (mep-ft-bench -n %d "
-            "-r %d: SIGKILL of the last rank)" % (N, N, args.ft_rounds))
+            "-r %d --timeout-ms %d: SIGKILL of the last rank)" % (
+                N, N, args.ft_rounds, args.ft_timeout_ms))
         say()
-        cmd = [ftb, "-n", str(N), "-r", str(args.ft_rounds)]
+        cmd = [ftb, "-n", str(N), "-r", str(args.ft_rounds),
+               "--timeout-ms", str(args.ft_timeout_ms)]
         rc, out, err = run(cmd, 60 + args.ft_rounds * (10 + N), env)
         meds = []
         say("| round | survivors' min (ms) | median | max |")
@@ -648,6 +659,24 @@ def check_formulas(args):
                        "= %s, the formula %d" % (T, H, R, E,
                                                  got.get((T, H, R, E)),
                                                  want))
+    # the store requests of creation, as the launcher's store counts them
+    nops = 0
+    for N in (2, 5):
+        rc, out, err = run([args.probe, "-n", str(N), "-w", "1", "-i", "2",
+                            "-t", "60000"], 90)
+        try:
+            rows = [] if rc else parse_probe(out, N)
+        except ValueError as e:
+            rc, err = 1, str(e)
+        if rc:
+            bad.append("%s -n %d: exit %d: %s" % (args.probe, N, rc, err))
+        for r in rows:
+            nops += 1
+            if r["create_store_ops"] != setup_store_ops(N):
+                bad.append("%d ranks: rank %d's mep_comm_create made %d store "
+                           "requests, the formula %d" % (
+                               N, r["rank"], r["create_store_ops"],
+                               setup_store_ops(N)))
     # docs/scaling.md's projection table is --project's
     try:
         with open(DOC) as f:
@@ -665,9 +694,9 @@ def check_formulas(args):
         bad.append("%s: %s" % (DOC, e))
     for b in bad:
         print("FAIL: " + b)
-    print("%d size hints, %d ring geometries, %d sizes and the doc's table "
-          "checked: %s" % (len(cases), np2p, len(SIZEOF),
-                           "FAILED" if bad else "ok"))
+    print("%d size hints, %d ring geometries, %d sizes, %d ranks' store "
+          "requests and the doc's table checked: %s" % (
+              len(cases), np2p, len(SIZEOF), nops, "FAILED" if bad else "ok"))
     return 1 if bad else 0
 
 
@@ -719,6 +748,11 @@ def main():
                     help="runs per rank count (default 3)")
     ap.add_argument("--ft-rounds", type=int, default=5,
                     help="rounds of the failure measurement (default 5)")
+    ap.add_argument("--ft-timeout-ms", type=int, default=2000,
+                    help="[core] timeout_ms of the failure measurement's "
+                         "ranks (default 2000); it bounds every wait of "
+                         "their creation too, so many ranks per core need "
+                         "more")
     ap.add_argument("--timeout", type=int, default=300,
                     help="deadline of one probe run in s (default 300)")
     ap.add_argument("--oversubscribe", action="store_true",
@@ -750,10 +784,11 @@ def main():
                 "tokens": args.tokens, "hidden": args.hidden,
                 "local": args.experts_per_rank}))
         return 0
-    if min(args.iters, args.reps, args.ft_rounds, args.timeout) < 1 or \
+    if min(args.iters, args.reps, args.ft_rounds, args.timeout,
+           args.ft_timeout_ms) < 1 or \
             args.warmup < 0:
-        ap.error("--iters, --reps, --ft-rounds and --timeout must be "
-                 "positive")
+        ap.error("--iters, --reps, --ft-rounds, --ft-timeout-ms and "
+                 "--timeout must be positive")
     return main_bench(args)
 
 

@@ -81,6 +81,13 @@ struct mep_comm {
   uint32_t next_region;
   mep_region_t **regions;   /* still registered, for destroy */
   size_t nregions;
+  /* The subsystems' regions (ids below state_regions) are published as
+   * one store value per rank (region_state.c); while the state is
+   * imported, bundles[] keeps each peer's, read once. */
+  int state_published;
+  uint32_t state_regions;
+  pthread_mutex_t bundle_mu;
+  struct mep__bundle *bundles;
 
   /* Puts issued and completed, for mep_flush; the first failure seen. */
   _Atomic uint64_t issued, completed;

@@ -85,6 +85,7 @@ int mep_comm_create(mep_store_t *store, int rank, int size,
   pthread_mutex_init(&comm->lock, NULL);
   pthread_mutex_init(&comm->engine_lock, NULL);
   pthread_mutex_init(&comm->wait_mu, NULL);
+  pthread_mutex_init(&comm->bundle_mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -131,6 +132,7 @@ int mep_comm_destroy(mep_comm_t *comm) {
   pthread_mutex_destroy(&comm->lock);
   pthread_mutex_destroy(&comm->engine_lock);
   pthread_mutex_destroy(&comm->wait_mu);
+  pthread_mutex_destroy(&comm->bundle_mu);
   pthread_cond_destroy(&comm->wait_cv);
   free(comm->tps);
   free(comm->peers);

@@ -5,13 +5,16 @@
 #include "coll.h"
 #include "ft.h"
 #include "p2p.h"
+#include "region.h"
 
 /* Registers the staging of collectives, point-to-point and the control
- * channel: the same regions in the same order on every rank. */
+ * channel: the same regions in the same order on every rank; then
+ * publishes them as one bundle (region_state.c). */
 int mep__comm_setup_state(mep_comm_t *comm) {
   int rc = mep__coll_init(comm);
   if (rc == MEP_OK) rc = mep__p2p_init(comm);
   if (rc == MEP_OK) rc = mep__ft_init(comm);
+  if (rc == MEP_OK) rc = mep__region_publish_state(comm);
   return rc;
 }
 
@@ -19,8 +22,10 @@ int mep__comm_setup_state(mep_comm_t *comm) {
  * collective, message or agreement waits on the store later. Imports
  * already made are kept. */
 int mep__comm_import_state(mep_comm_t *comm) {
+  mep__region_bundles_keep(comm);
   int rc = mep__coll_connect(comm);
   if (rc == MEP_OK) rc = mep__p2p_connect(comm, mep__ft_act(comm));
   if (rc == MEP_OK) rc = mep__ft_connect(comm);
+  mep__region_bundles_drop(comm);
   return rc;
 }

@@ -109,11 +109,17 @@ int mep_region_register(mep_comm_t *comm, void *ptr, size_t len,
   pthread_mutex_unlock(&comm->lock);
   mep__wbuf_t blob = {0};
   if (rc == MEP_OK) rc = register_all(r, &blob);
-  char *k = rc ? NULL : region_key(comm, r->id, comm->rank);
-  if (rc == MEP_OK)
+  if (rc == MEP_OK && !comm->state_published) {
+    /* the subsystems' state: published with the rest of it */
+    r->pub = blob.data;
+    r->pub_len = blob.len;
+    blob = (mep__wbuf_t){0};
+  } else if (rc == MEP_OK) {
+    char *k = region_key(comm, r->id, comm->rank);
     rc = k ? comm->store->set(comm->store->ctx, k, blob.data, blob.len)
            : mep__err(MEP_ERR_NOMEM, "out of memory");
-  free(k);
+    free(k);
+  }
   mep__wbuf_free(&blob);
   if (rc) {
     mep__errsave_t why;
@@ -143,6 +149,7 @@ int mep_region_deregister(mep_region_t *r) {
   free(r->remote);
   free(r->keys);
   free(r->key_lens);
+  free(r->pub);
   free(r);
   return MEP_OK;
 }
@@ -199,18 +206,29 @@ static int parse_blob(const void *val, size_t len, const char *tp_name,
   return b.bad ? MEP_ERR_PROTOCOL : MEP_ERR_NOT_FOUND;
 }
 
-static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
+/* The blob `peer` published for a region registered after the state. */
+static int published_blob(mep_region_t *r, int peer, void **val,
+                          size_t *len) {
   mep_comm_t *comm = r->comm;
-  mep__tp_t *tp = &comm->tps[comm->peers[peer].tp];
   char *k = region_key(comm, r->id, peer);
-  void *val = NULL;
-  size_t len = 0;
-  int rc = k ? comm->store->get(comm->store->ctx, k, &val, &len,
+  int rc = k ? comm->store->get(comm->store->ctx, k, val, len,
                                 comm->timeout_ms)
              : mep__err(MEP_ERR_NOMEM, "out of memory");
   if (rc)
     mep__err_wrap(rc, "region %u: waiting %d ms for rank %d to register "
                       "it (store key '%s')", r->id, comm->timeout_ms, peer, k);
+  free(k);
+  return rc;
+}
+
+static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
+  mep_comm_t *comm = r->comm;
+  mep__tp_t *tp = &comm->tps[comm->peers[peer].tp];
+  void *val = NULL;
+  size_t len = 0;
+  int rc = r->id < comm->state_regions
+               ? mep__region_state_blob(comm, r->id, peer, &val, &len)
+               : published_blob(r, peer, &val, &len);
   const void *rkey = NULL;
   size_t rkey_len = 0;
   if (rc == MEP_OK) {
@@ -226,7 +244,6 @@ static int import_remote(mep_region_t *r, int peer, mep__remote_t *rem) {
     if (rc) mep__err_wrap(rc, "region %u of rank %d: import", r->id, peer);
   }
   free(val);
-  free(k);
   return rc;
 }
 

@@ -27,6 +27,10 @@ struct mep_region {
   uint8_t *keys;
   uint32_t *key_lens;
   int shell; /* mep__region_shell: no memory, nothing in the store */
+  /* A region of the subsystems' state keeps its published blob here until
+   * the state is published as a whole (region_state.c). */
+  uint8_t *pub;
+  size_t pub_len;
 };
 
 /* The peer's instance of `r`, imported on first use (waiting for the
@@ -38,6 +42,24 @@ int mep__region_import_active(mep_region_t *r, const uint8_t *act);
 /* Releases the import of `peer`'s instance (it was dropped, or a new
  * process replaces it); the next use imports afresh. */
 void mep__region_forget(mep_region_t *r, int peer);
+
+/* Publishes every region registered so far, the subsystems' state that
+ * creation and joining register before anything else (comm_state.c), as
+ * one store value: a peer then imports all of them with one store read
+ * instead of one per region, which at creation is N (N - 1) reads on one
+ * store server instead of 6 N (N - 1) (docs/scaling.md, "Creation").
+ * Called once per communicator; regions registered later are published
+ * one by one. */
+int mep__region_publish_state(mep_comm_t *comm);
+/* The published blob of `peer`'s region `id` (an id of the state) from its
+ * bundle, waiting for it up to the communicator's timeout: a malloc'ed
+ * copy in *val, *len bytes. Thread-safe. */
+int mep__region_state_blob(mep_comm_t *comm, uint32_t id, int peer,
+                           void **val, size_t *len);
+/* Between these, each peer's bundle is read from the store once and kept
+ * (mep__comm_import_state imports every region of every peer). */
+void mep__region_bundles_keep(mep_comm_t *comm);
+void mep__region_bundles_drop(mep_comm_t *comm);
 
 /* Write tokens with this bit are the collective engine's zero-copy sends
  * (coll.c): the progress thread counts their completions per peer in

@@ -8,7 +8,7 @@
  *    the CPU path (MEP_EP_HOST) is made, with mep_ep_size_hint, and at
  *    the end, after the timed calls;
  *  - connections: the sockets among its open file descriptors;
- *  - the time mep_comm_create took;
+ *  - the time mep_comm_create took, and the store requests it made;
  *  - time per call, the median over the timed iterations of each: an
  *    8-byte all-reduce, a barrier, an all-to-all of B bytes per peer, and
  *    an EP dispatch + combine of T tokens (bf16, top-k, fixed routing).
@@ -145,11 +145,16 @@ static int op_check_ep(const ep_io_t *io, int T, int K, int H) {
 }
 
 static int rank_main(mep_comm_t *comm, mep_store_t *store, void *arg) {
-  (void)store;
   const opts_t *o = arg;
   double create_ms = (now_us() - g_t_start) / 1e3;
+  unsigned long long create_ops = mep_launch_store_requests(store);
   int rank = mep_comm_rank(comm), n = mep_comm_size(comm), rc;
-  if ((rc = mep_barrier(comm, NULL))) return fail(rank, "barrier", rc);
+  /* two barriers: collectives alternate between two staging slots per
+   * peer, and the barrier after the EP buffer must not be the first to
+   * touch the second's pages (a page per peer and direction, which the
+   * EP's delta would otherwise count) */
+  for (int i = 0; i < 2; i++)
+    if ((rc = mep_barrier(comm, NULL))) return fail(rank, "barrier", rc);
   long rss_comm = rss_kb();
   int fds, socks;
   count_fds(&fds, &socks);
@@ -228,11 +233,11 @@ static int rank_main(mep_comm_t *comm, mep_store_t *store, void *arg) {
   int len = snprintf(
       line, sizeof line,
       "probe rank=%d n=%d pid=%d rss_start_kb=%ld rss_comm_kb=%ld "
-      "rss_ep_kb=%ld rss_end_kb=%ld fds=%d socks=%d create_ms=%.1f ep_hint=%zu "
-      "tokens=%d hidden=%d experts=%d topk=%d a2a_bytes=%d iters=%d "
+      "rss_ep_kb=%ld rss_end_kb=%ld fds=%d socks=%d create_ms=%.1f create_store_ops=%llu "
+      "ep_hint=%zu tokens=%d hidden=%d experts=%d topk=%d a2a_bytes=%d iters=%d "
       "allreduce_us=%.2f barrier_us=%.2f alltoall_us=%.2f ep_us=%.2f\n",
       rank, n, (int)getpid(), g_rss_start, rss_comm, rss_ep, rss_end, fds, socks,
-      create_ms, hint, T, H, E, K, o->a2a_bytes, iters, med[0], med[1],
+      create_ms, create_ops, hint, T, H, E, K, o->a2a_bytes, iters, med[0], med[1],
       med[2], med[3]);
   if (write(1, line, (size_t)len) != len) return 1; /* one write: atomic */
   (void)mep_barrier(comm, NULL); /* nobody leaves while others measure */

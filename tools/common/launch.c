@@ -2,6 +2,8 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,6 +18,41 @@ static long long now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The rank's store, counting its requests (mep_launch_store_requests). */
+typedef struct counted {
+  mep_store_t *inner;
+  _Atomic uint64_t n;
+} counted_t;
+
+static int c_set(void *ctx, const char *key, const void *val, size_t len) {
+  counted_t *c = ctx;
+  c->n++;
+  return c->inner->set(c->inner->ctx, key, val, len);
+}
+
+static int c_get(void *ctx, const char *key, void **val, size_t *len,
+                 int timeout_ms) {
+  counted_t *c = ctx;
+  c->n++;
+  return c->inner->get(c->inner->ctx, key, val, len, timeout_ms);
+}
+
+static int c_add(void *ctx, const char *key, int64_t delta, int64_t *res) {
+  counted_t *c = ctx;
+  c->n++;
+  return c->inner->add(c->inner->ctx, key, delta, res);
+}
+
+static int c_check(void *ctx, const char *key, int *exists) {
+  counted_t *c = ctx;
+  c->n++;
+  return c->inner->check(c->inner->ctx, key, exists);
+}
+
+uint64_t mep_launch_store_requests(const mep_store_t *store) {
+  return store && store->set == c_set ? ((counted_t *)store->ctx)->n : 0;
 }
 
 static int child(const mep_launch_opts_t *o, int rank, int port,
@@ -33,12 +70,17 @@ static int child(const mep_launch_opts_t *o, int rank, int port,
     setenv("MEP_HOST_ID", id, 1);
   }
   if (o->before_comm) o->before_comm(rank, arg);
-  mep_store_t *store = NULL;
-  int rc = mep_store_tcp_connect("127.0.0.1", port, o->timeout_ms, &store);
+  mep_store_t *tcp = NULL;
+  int rc = mep_store_tcp_connect("127.0.0.1", port, o->timeout_ms, &tcp);
   if (rc) {
     fprintf(stderr, "rank %d: store: %s\n", rank, mep_last_error());
     return 2;
   }
+  counted_t counted = {.inner = tcp};
+  mep_store_t own = {.ctx = &counted, .set = c_set, .get = c_get,
+                     .add = tcp->add ? c_add : NULL,
+                     .check = tcp->check ? c_check : NULL};
+  mep_store_t *store = &own;
   mep_comm_opts_t copts = {.struct_size = sizeof copts, .name = o->name};
   mep_comm_t *comm = NULL;
   rc = mep_comm_create(store, rank, o->size, &copts, &comm);
@@ -49,12 +91,12 @@ static int child(const mep_launch_opts_t *o, int rank, int port,
     else
       fprintf(stderr, "rank %d: mep_comm_create: %s: %s\n", rank,
               mep_strerror(rc), mep_last_error());
-    mep_store_destroy(store);
+    mep_store_destroy(tcp);
     return result;
   }
   rc = fn(comm, store, arg);
   mep_comm_destroy(comm);
-  mep_store_destroy(store);
+  mep_store_destroy(tcp);
   return rc ? 1 : 0;
 }
 

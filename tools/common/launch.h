@@ -4,6 +4,8 @@
 #ifndef MEP_TOOLS_LAUNCH_H
 #define MEP_TOOLS_LAUNCH_H
 
+#include <stdint.h>
+
 #include <mep/mep.h>
 
 /* Body of one rank. Returns 0 on success; anything else fails the rank.
@@ -44,5 +46,10 @@ void mep_launch_store_stop(mep_launch_store_t *st);
  * in the environment each rank is a host of its own (MEP_HOST_ID
  * "mep-launch-host-RANK"): one machine plays several hosts. */
 int mep_launch(const mep_launch_opts_t *opts, mep_launch_fn fn, void *arg);
+
+/* Requests a rank has made so far through the store mep_launch gave its
+ * body (every set, get, add and check, the communicator's included); 0 for
+ * any other store. */
+uint64_t mep_launch_store_requests(const mep_store_t *store);
 
 #endif
