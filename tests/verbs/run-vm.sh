@@ -11,7 +11,8 @@
 # collective and send/recv from 1 B to 16 MiB, put/signal at odd sizes and
 # offsets, the fault tests (a rank killed mid-collective, one SIGSTOPped
 # past the deadline, a replacement that rejoins, a rank killed while a
-# child it forked lives on, a fork during a dial), the EP CPU path and the
+# child it forked lives on, a fork during a dial), the queue pairs each
+# rank holds (against docs/scaling.md), the EP CPU path and the
 # c10d backend, all with MEP_TRANSPORTS=verbs; and the ibgda plugin's
 # answer where the RDMA device is not mlx5. Prints one line per test
 # (PASS/FAIL/SKIP name, its seconds) and last "N passed, N failed".
@@ -113,8 +114,33 @@ c10d() {
     python3 tests/verbs/c10d_verbs.py "$@"
 }
 
-export B perf
-export -f perf_all c10d
+# Queue pairs per rank against docs/scaling.md's count for verbs: one per
+# peer and [verbs] qps_per_peer, counted per process in `rdma res show qp`
+# while mep-scale-probe holds its group up: qp_count NRANKS QPS_PER_PEER
+qp_count() {
+  local n=$1 q=$2 out=$logs/qp-count-$1-$2.out i pids p got qps bad=0
+  MEP_TRANSPORTS=verbs MEP_VERBS_QPS_PER_PEER=$q "$B/tools/mep-scale-probe" \
+    -n "$n" -w 1 -i 2 --hold-ms 5000 -t 120000 >"$out" &
+  local probe=$!
+  for i in $(seq 900); do # every rank's line, 90 s at most
+    [ "$(grep -c '^probe ' "$out")" -ge "$n" ] && break
+    sleep 0.1
+  done
+  qps=$(rdma res show qp)
+  wait $probe || { echo "mep-scale-probe failed"; cat "$out"; return 1; }
+  pids=$(sed -n 's/^probe .* pid=\([0-9]*\) .*/\1/p' "$out")
+  [ "$(echo $pids | wc -w)" = "$n" ] || { echo "not $n ranks' lines:"; cat "$out"; return 1; }
+  for p in $pids; do
+    got=$(echo "$qps" | grep -c " pid $p ")
+    echo "pid $p: $got queue pairs, expected $(( (n - 1) * q )); resident" \
+      "after creation $(sed -n "s/^probe .* pid=$p .*rss_comm_kb=\([0-9]*\) .*/\1/p" "$out") KiB"
+    [ "$got" = $(( (n - 1) * q )) ] || bad=1
+  done
+  return $bad
+}
+
+export B perf logs
+export -f perf_all c10d qp_count
 run verbs-init 60 "$B/tests/verbs/test_verbs_init"
 run verbs-wake 180 "$B/tests/verbs/test_verbs_wake"
 run verbs-inband 300 "$B/tests/verbs/test_verbs_inband"
@@ -127,6 +153,8 @@ run select-verbs-tcp 300 "$B/tests/verbs/test_verbs_select"
 run fork-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork"
 # a fork while another thread's connect() dials
 run fork-dial-verbs 120 env MEP_TT_PLUGIN=verbs "$B/tests/unit/tcp/test_tcp_fork_dial"
+run qp-count-4ranks 300 qp_count 4 1
+run qp-count-3ranks-4qp 300 qp_count 3 4
 run perf-check-2ranks-uint8 900 perf_all 2 uint8
 run perf-check-3ranks 900 perf_all 3 float32
 run perf-check-4ranks 900 perf_all 4 float32

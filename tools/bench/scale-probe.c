@@ -28,6 +28,7 @@
 
 typedef struct opts {
   int n, tokens, hidden, local, topk, iters, warmup, a2a_bytes, timeout_ms;
+  int hold_ms;
 } opts_t;
 
 static double now_us(void) {
@@ -240,6 +241,10 @@ static int rank_main(mep_comm_t *comm, mep_store_t *store, void *arg) {
       create_ms, create_ops, hint, T, H, E, K, o->a2a_bytes, iters, med[0], med[1],
       med[2], med[3]);
   if (write(1, line, (size_t)len) != len) return 1; /* one write: atomic */
+  if (o->hold_ms) { /* the group stays up to be looked at from outside */
+    struct timespec ts = {o->hold_ms / 1000, (long)(o->hold_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+  }
   (void)mep_barrier(comm, NULL); /* nobody leaves while others measure */
   mep_ep_buffer_destroy(b);
   void *owned[] = {io.x, io.rx, io.out, io.idx, io.lr, io.w, io.si, io.cnt,
@@ -253,14 +258,19 @@ static void usage(FILE *f) {
 "usage: mep-scale-probe [-n RANKS] [--tokens T] [--hidden H]\n"
 "                       [--experts-per-rank L] [--topk K] [--a2a-bytes B]\n"
 "                       [-w WARMUP] [-i ITERS] [-t TIMEOUT_MS]\n"
+"                       [--hold-ms MS]\n"
 "Forks RANKS local ranks (default 2) and prints one line per rank:\n"
 "resident memory before the communicator, after it and after an EP buffer\n"
 "of the CPU path (T tokens per rank, default 32; hidden H, default 512;\n"
 "RANKS * L experts, L default 2), its sockets and file descriptors, the\n"
-"time mep_comm_create took, and the median time (us) over ITERS calls\n"
-"(default 200, after WARMUP = 20) of an 8-byte all-reduce, a barrier, an\n"
-"all-to-all of B bytes per peer (default 1024) and an EP dispatch + combine\n"
-"(top-K, default 2). TIMEOUT_MS bounds the whole run (default 600000).\n"
+"time mep_comm_create took and its store requests, and the median time\n"
+"(us) over ITERS calls (default 200, after WARMUP = 20) of an 8-byte\n"
+"all-reduce, a barrier, an all-to-all of B bytes per peer (default 1024)\n"
+"and an EP dispatch + combine (top-K, default 2). TIMEOUT_MS bounds the\n"
+"whole run (default 600000).\n"
+"With --hold-ms, every rank keeps its communicator for MS ms after its\n"
+"line, so that the group can be looked at from outside (its queue pairs\n"
+"in `rdma res show qp`, say).\n"
 "\n"
 "mep-scale-probe --hint T,H,N,E [T,H,N,E ...] prints \"hint T H N E BYTES\"\n"
 "per argument: mep_ep_size_hint(T, H, N, E), 0 for invalid parameters.\n");
@@ -285,6 +295,7 @@ int main(int argc, char **argv) {
       {"experts-per-rank", required_argument, 0, 'L'},
       {"topk", required_argument, 0, 'k'},
       {"a2a-bytes", required_argument, 0, 'a'},
+      {"hold-ms", required_argument, 0, 'm'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   opts_t o = {.n = 2, .tokens = 32, .hidden = 512, .local = 2, .topk = 2,
@@ -302,13 +313,15 @@ int main(int argc, char **argv) {
     case 'w': o.warmup = atoi(optarg); break;
     case 'i': o.iters = atoi(optarg); break;
     case 't': o.timeout_ms = atoi(optarg); break;
+    case 'm': o.hold_ms = atoi(optarg); break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
   if (optind < argc || o.n < 1 || o.tokens < 1 || o.local < 1 ||
       o.topk < 1 || o.topk > o.n * o.local || o.topk > MEP_EP_MAX_TOPK ||
-      o.iters < 1 || o.warmup < 0 || o.a2a_bytes < 0 || o.timeout_ms < 1) {
+      o.iters < 1 || o.warmup < 0 || o.a2a_bytes < 0 || o.timeout_ms < 1 ||
+      o.hold_ms < 0) {
     usage(stderr);
     return 2;
   }
