@@ -9,6 +9,7 @@
 # made (not root, no unshare or ip).
 # Usage: port_sharing.sh MEP_PERF
 set -u
+case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 perf=${1:?usage: port_sharing.sh MEP_PERF}
 if ! command -v unshare >/dev/null || ! command -v ip >/dev/null; then
   echo "skip: unshare or ip is missing"
