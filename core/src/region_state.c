@@ -17,11 +17,15 @@ struct mep__bundle {
   size_t len;
 };
 
-/* Named by the process (its incarnation), as region keys are. */
-static void bundle_key(const mep_comm_t *comm, int rank, char *k,
-                       size_t len) {
-  snprintf(k, len, "%s/state/%d.%lld", comm->ns, rank,
-           (long long)comm->incarnation[rank]);
+/* Named by the process (its incarnation), as region keys are; NULL when
+ * out of memory. */
+static char *bundle_key(const mep_comm_t *comm, int rank) {
+  size_t len = strlen(comm->ns) + 64;
+  char *k = malloc(len);
+  if (k)
+    snprintf(k, len, "%s/state/%d.%lld", comm->ns, rank,
+             (long long)comm->incarnation[rank]);
+  return k;
 }
 
 static const mep_region_t *find_state(const mep_comm_t *comm, uint32_t id) {
@@ -49,13 +53,14 @@ int mep__region_publish_state(mep_comm_t *comm) {
                     "deregistered or published alone", id);
   }
   pthread_mutex_unlock(&comm->lock);
-  if (rc == MEP_OK && b.oom) rc = mep__err(MEP_ERR_NOMEM, "out of memory");
-  char k[512];
-  bundle_key(comm, comm->rank, k, sizeof k);
+  char *k = rc ? NULL : bundle_key(comm, comm->rank);
+  if (rc == MEP_OK && (b.oom || !k))
+    rc = mep__err(MEP_ERR_NOMEM, "out of memory");
   if (rc == MEP_OK) {
     rc = comm->store->set(comm->store->ctx, k, b.data, b.len);
     if (rc) mep__err_wrap(rc, "publishing the state (store key '%s')", k);
   }
+  free(k);
   mep__wbuf_free(&b);
   if (rc) return rc;
   pthread_mutex_lock(&comm->lock);
@@ -112,15 +117,16 @@ int mep__region_state_blob(mep_comm_t *comm, uint32_t id, int peer,
   int rc = MEP_OK;
   if (!from_cache(comm, id, peer, val, len, &rc)) return rc;
   /* not under the lock: the read may wait for the peer */
-  char k[512];
-  bundle_key(comm, peer, k, sizeof k);
+  char *k = bundle_key(comm, peer);
+  if (!k) return mep__err(MEP_ERR_NOMEM, "out of memory");
   void *bv = NULL;
   size_t bl = 0;
   rc = comm->store->get(comm->store->ctx, k, &bv, &bl, comm->timeout_ms);
   if (rc)
-    return mep__err_wrap(rc, "region %u: waiting %d ms for rank %d to "
-                         "publish its state (store key '%s')", id,
-                         comm->timeout_ms, peer, k);
+    mep__err_wrap(rc, "region %u: waiting %d ms for rank %d to publish its "
+                  "state (store key '%s')", id, comm->timeout_ms, peer, k);
+  free(k);
+  if (rc) return rc;
   rc = extract(bv, bl, id, peer, val, len);
   pthread_mutex_lock(&comm->bundle_mu);
   struct mep__bundle *c = comm->bundles ? &comm->bundles[peer] : NULL;
