@@ -2,10 +2,10 @@
 #include "launch.h"
 
 #include <errno.h>
-#include <stdatomic.h>
-#include <stdint.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
