@@ -12,7 +12,7 @@
  *   ctx->mu     the peers table, the tombstones, the shut flags, the
  *               pending handshakes and the sockets being dialled
  *   peer->mu    a peer's state, its sockets' fds and send queues
- *   ctx->tx_mu  the sender thread's list and the sockets' tx_state
+ *   ctx->tx_mu  the sender threads' lists and the sockets' tx_state
  *   ctx->cq_mu  the completion queue (a leaf)
  *   ctx->lazy_mu the list of peers with deferred small writes (a leaf)
  *   ctx->rx_mu  the region table; held by the poll thread while it reads a
@@ -79,6 +79,11 @@
 #define TCP_TX_SPIN_US 1000
 /* Most iovec entries of one sendmsg. */
 #define TCP_MAX_IOV 64
+/* [tcp] sockets_per_peer = 0 (auto) is 2 in groups of at most this many
+ * ranks: 2 streams moved 7-42 % more bytes per second on 2 ranks of a
+ * 16-core host, and on 4 ranks from 4 MiB (docs/perf.md, "Two streams
+ * per peer"); in larger groups the threads would outnumber the CPUs. */
+#define TCP_AUTO_SOCKS_RANKS 4
 /* Writes at least twice this long are striped over the peer's sockets. */
 #define TCP_STRIPE_MIN (256u * 1024u)
 /* A signal waits on the receiver until the writes before it arrived; past
@@ -100,7 +105,8 @@ typedef struct tcp_cfg {
   int nsock;            /* sockets_per_peer */
   int retries;          /* connect_retries: dial attempts */
   int nodelay;
-  int send_thread; /* TCP_SEND_THREAD_* */
+  int send_thread;  /* TCP_SEND_THREAD_* */
+  int send_threads; /* 0: auto */
 } tcp_cfg_t;
 
 /* [tcp] send_thread, in the order of its choices */
@@ -154,7 +160,7 @@ typedef struct tcp_sock {
   int tx_err;        /* a send failed with this errno: nothing more is
                         sent here, the socket is shut down */
   int tx_state;      /* TCP_TX_*: NONE, or the sender thread's (sender.c) */
-  struct tcp_sock *tx_next; /* on ctx->tx_head, under ctx->tx_mu */
+  struct tcp_sock *tx_next; /* on its sender's list, under ctx->tx_mu */
   /* receive side, poll thread only */
   int rx_state;
   size_t rx_have, rx_need;
@@ -228,15 +234,22 @@ typedef struct tcp_mr {
   uint64_t len;
 } tcp_mr_t;
 
-/* The sockets the sender thread sends (TCP_TX_SENDING), its alone; kept
- * in the context, not on its stack, so that they stay reachable however
- * the process ends. */
+/* One sender thread. The sockets it sends (TCP_TX_SENDING) are its
+ * alone; they are kept here, not on its stack, so that they stay
+ * reachable however the process ends. */
 struct pollfd;
-typedef struct tcp_tx_work {
+typedef struct tcp_sender {
+  struct tcp_ctx *ctx;
+  pthread_t thread;
+  int evfd;                /* wakes it */
+  /* under ctx->tx_mu */
+  tcp_sock_t *head, *tail; /* queues handed over, TCP_TX_LISTED */
+  int sleeping;
+  /* the thread's own */
   tcp_sock_t **s;
-  struct pollfd *pf; /* pf[0]: the wake-up eventfd; pf[1 + i]: s[i] */
+  struct pollfd *pf; /* pf[0]: evfd; pf[1 + i]: s[i] */
   size_t n, cap;
-} tcp_tx_work_t;
+} tcp_sender_t;
 
 typedef struct tcp_ctx {
   const mep_tp_env_t *env;
@@ -271,16 +284,14 @@ typedef struct tcp_ctx {
   pthread_mutex_t lazy_mu;
   tcp_peer_t *lazy_head; /* peers with deferred writes; atomic reads */
 
-  /* the sender thread (sender.c), when tx_on */
+  /* the sender threads (sender.c), when tx_on */
   int tx_started; /* tx_mu and tx_idle exist: fini calls tx_stop */
   int tx_on;
-  pthread_t tx_thread;
-  int tx_evfd;        /* wakes it */
   pthread_mutex_t tx_mu;
   pthread_cond_t tx_idle; /* a socket stopped being TCP_TX_SENDING */
-  tcp_sock_t *tx_head, *tx_tail; /* queues handed over, TCP_TX_LISTED */
-  int tx_sleeping, tx_stop;
-  tcp_tx_work_t tx_work;
+  int tx_stop;
+  int ntx;                /* threads started */
+  struct tcp_sender *tx;  /* ntx of them */
 
   mep__fork_watch_t fork; /* a forked child lets go of the sockets */
 } tcp_ctx_t;
@@ -288,7 +299,7 @@ typedef struct tcp_ctx {
 /* config.c */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
 /* The [tcp] keys this plugin declares (config.c). */
-#define MEP_TCP_NKEYS 6
+#define MEP_TCP_NKEYS 7
 extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
 /* util.c: leaf helpers, calling nothing else of the plugin */
@@ -364,23 +375,23 @@ void mep__tcp_advance(tcp_sock_t *s, uint64_t n);
 void mep__tcp_broke(tcp_sock_t *s, int err);
 
 /* sender.c */
-/* init: starts the sender thread if [tcp] send_thread asks for one. */
+/* init: starts the sender threads if [tcp] send_thread asks for them. */
 int mep__tcp_tx_start(tcp_ctx_t *ctx);
-/* fini, before the peers are freed: stops it. */
+/* fini, before the peers are freed: stops them. */
 void mep__tcp_tx_stop(tcp_ctx_t *ctx);
-/* peer->mu held: 1 when the sender thread owns s's queue. */
+/* peer->mu held: 1 when a sender thread owns s's queue. */
 int mep__tcp_tx_owned(const tcp_sock_t *s);
-/* peer->mu held: 1 when s's queue should go to the sender thread (there
- * is one, and the queue holds something a healthy socket can send). */
+/* peer->mu held: 1 when s's queue should go to its sender thread (there
+ * are some, and the queue holds something a healthy socket can send). */
 int mep__tcp_tx_wants(const tcp_sock_t *s);
-/* peer->mu held: hands s's queue over. */
+/* peer->mu held: hands s's queue over to its sender thread. */
 void mep__tcp_tx_handoff(tcp_sock_t *s);
-/* peer->mu held: takes s's queue back if it only waits for the sender
+/* peer->mu held: takes s's queue back if it only waits for its sender
  * thread; 1 if that thread is sending it now (it stays its). */
 int mep__tcp_tx_detach(tcp_sock_t *s);
-/* peer->mu held: 1 when the sender thread owns a queue of p. */
+/* peer->mu held: 1 when a sender thread owns a queue of p. */
 int mep__tcp_tx_busy(tcp_peer_t *p);
-/* p dead, its mu not held: returns once the sender thread owns nothing
+/* p dead, its mu not held: returns once the sender threads own nothing
  * of p, so p's fds may be closed and its queues freed. */
 void mep__tcp_tx_quiesce(tcp_peer_t *p);
 

@@ -55,7 +55,7 @@ run 0 '^PASS connect$' --quick --check connect "$good"
 
 # The configuration keys, printed with -v.
 run 0 '^PASS config-keys$' --check config-keys "$good"
-run 0 '^  info:   sockets_per_peer: int, default "1"; ' -v --check config-keys "$good"
+run 0 '^  info:   sockets_per_peer: int, default "0"; ' -v --check config-keys "$good"
 # Memory the plugin does not carry is skipped, saying so.
 run 0 '^SKIP register: the transport does not handle CUDA memory \(mem_kinds 0x1\), which --memory asks for' \
   --quick --memory cuda --check register "$good"

@@ -10,6 +10,7 @@
  * it are in flight, which poll() must report within a second.
  * Address and rkey blobs travel over a socketpair.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
@@ -334,11 +335,30 @@ static void teardown(side_t *s) {
   free(s->dst);
 }
 
+/* Sockets this process holds. */
+static int count_sockets(void) {
+  DIR *d = opendir("/proc/self/fd");
+  TT_CHECK(d, "opendir /proc/self/fd");
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    char path[300], link[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+    ssize_t l = readlink(path, link, sizeof link - 1);
+    n += l > 7 && !strncmp(link, "socket:", 7);
+  }
+  closedir(d);
+  return n;
+}
+
+/* nsock 0 is [tcp] sockets_per_peer's auto: 2 sockets on 2 ranks. */
 static void run_side(int rank, int cfd, int nsock, uint64_t seed,
                      const uint8_t *secret) {
   side_t s = {.rank = rank, .peer = 1 - rank, .cfd = cfd, .seed = seed};
-  int fds = tt_count_fds();
+  int fds = tt_count_fds(), socks = count_sockets();
   setup(&s, nsock, secret);
+  int want = (nsock ? nsock : 2) + 1; /* and the listener */
+  TT_CHECK(count_sockets() - socks == want, "sockets_per_peer = %d: %d "
+           "sockets opened, not %d", nsock, count_sockets() - socks, want);
   local_refusals(&s);
   transfer(&s);
   pingpong(&s, 2000);
@@ -464,17 +484,37 @@ static void run_kill(uint64_t seed) {
   close(s.cfd);
 }
 
+/* Threads of this process named `name`. */
+static int count_threads(const char *name) {
+  DIR *d = opendir("/proc/self/task");
+  TT_CHECK(d, "opendir /proc/self/task");
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[32] = "";
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; /* the thread ended meanwhile */
+    if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+    fclose(f);
+    n += !strcmp(comm, name);
+  }
+  closedir(d);
+  return n;
+}
+
 /* [tcp] keys: bad values are MEP_ERR_CONFIG naming key and value; good
  * ones take effect. */
 static void config_checks(void) {
   static const char *const bad[][2] = {
-      {"sockets_per_peer", "0"},     {"sockets_per_peer", "17"},
+      {"sockets_per_peer", "-1"},    {"sockets_per_peer", "17"},
       {"sockets_per_peer", "two"},   {"sockets_per_peer", "3x"},
       {"port_range", "5-4"},         {"port_range", "70000-70001"},
       {"port_range", "x"},           {"port_range", "-5"},
       {"port_range", "10-"},         {"port_range", "0-10"},
       {"connect_retries", "-1"},     {"connect_retries", "ten"},
       {"nodelay", "2"},              {"nodelay", "maybe"},
+      {"send_threads", "-1"},        {"send_threads", "17"},
       {"ifname", "mep-no-such-if0"},
   };
   tt_host_t h;
@@ -514,6 +554,17 @@ static void config_checks(void) {
   tt_close(&h);
   TT_OK(tt_try_open(&h, "sockets_per_peer", "16"));
   tt_close(&h);
+  /* send_threads starts that many threads where send_thread starts any
+   * (this test's 2 ranks: only with send_thread = on), and fini ends them */
+  const char *on = getenv("MEP_TCP_SEND_THREAD");
+  int want = on && !strcmp(on, "on") ? 3 : 0;
+  TT_OK(tt_try_open(&h, "send_threads", "3"));
+  TT_CHECK(count_threads("mep-tcp-tx") == want, "%d sender threads running "
+           "with send_threads = 3 (send_thread = %s), not %d",
+           count_threads("mep-tcp-tx"), on ? on : "auto", want);
+  tt_close(&h);
+  TT_CHECK(count_threads("mep-tcp-tx") == 0, "%d sender threads left after "
+           "fini", count_threads("mep-tcp-tx"));
   printf("config checks passed\n");
 }
 
@@ -524,6 +575,7 @@ int main(int argc, char **argv) {
   config_checks();
   run_pair(1, seed);
   run_pair(3, seed + 1);
+  run_pair(0, seed + 2);
   run_kill(seed);
   printf("all pair checks passed\n");
   return 0;
