@@ -258,8 +258,12 @@ static int check_args(tcp_peer_t *p, tcp_rmr_t *r, const char *what) {
   return 0;
 }
 
-/* The least loaded socket, for a message that is not striped. */
-static tcp_sock_t *pick(tcp_peer_t *p) {
+/* The socket of an unstriped write of len bytes: a short one goes on
+ * socket 0, where the signal that usually follows it travels (and would
+ * wait for it anyway), so both leave in one segment (TCP_LAZY_WRITE);
+ * a longer one on the socket with the least queued, ties taken in turn. */
+static tcp_sock_t *pick(tcp_peer_t *p, uint64_t len) {
+  if (len <= TCP_LAZY_WRITE) return &p->socks[0];
   int k = p->ctx->cfg.nsock, best = (int)(p->rr++ % (uint32_t)k);
   for (int i = 0; i < k; i++)
     if (p->socks[i].queued < p->socks[best].queued) best = i;
@@ -339,7 +343,7 @@ int mep__tcp_write(mep_tp_ep_t *ep, mep_tp_mr_t *mrp, uint64_t loff,
     mep__tcp_flush_lazy_peer(p);
     mep__tcp_cq_push(ctx, token, 0, p->rank);
   } else {
-    uint32_t start = n == 1 ? pick(p)->index : p->rr++ % k;
+    uint32_t start = n == 1 ? pick(p, len)->index : p->rr++ % k;
     /* Queue every stripe before sending any: should the socket break
      * while sending, every stripe is then failed through the queues and
      * the token completes exactly once. */
