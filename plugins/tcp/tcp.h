@@ -80,9 +80,9 @@
 /* Most iovec entries of one sendmsg. */
 #define TCP_MAX_IOV 64
 /* [tcp] sockets_per_peer = 0 (auto) is 2 in groups of at most this many
- * ranks: 2 streams moved 7-42 % more bytes per second on 2 ranks of a
- * 16-core host, and on 4 ranks from 4 MiB (docs/perf.md, "Two streams
- * per peer"); in larger groups the threads would outnumber the CPUs. */
+ * ranks: on a 16-core host 2 streams took 0.66-0.98 of the time of one
+ * on 2 and 4 ranks from 4 MiB (docs/perf.md, "Two streams per peer"); in
+ * larger groups the threads would outnumber the CPUs. */
 #define TCP_AUTO_SOCKS_RANKS 4
 /* Writes at least twice this long are striped over the peer's sockets. */
 #define TCP_STRIPE_MIN (256u * 1024u)
