@@ -252,16 +252,14 @@ int mep__tcp_tx_start(tcp_ctx_t *ctx) {
   pthread_mutex_init(&ctx->tx_mu, NULL);
   pthread_cond_init(&ctx->tx_idle, NULL);
   int ncpu = cpus();
-  ctx->tx_on = ctx->cfg.send_thread == TCP_SEND_THREAD_ON ||
-               (ctx->cfg.send_thread == TCP_SEND_THREAD_AUTO && ncpu >= 4 &&
-                (ctx->size >= 3 || ctx->cfg.nsock >= 2));
-  if (!ctx->tx_on) return 0;
+  int on = ctx->cfg.send_thread == TCP_SEND_THREAD_ON ||
+           (ctx->cfg.send_thread == TCP_SEND_THREAD_AUTO && ncpu >= 4 &&
+            (ctx->size >= 3 || ctx->cfg.nsock >= 2));
+  if (!on) return 0;
   int want = nthreads(&ctx->cfg, ncpu);
-  if (!(ctx->tx = calloc((size_t)want, sizeof *ctx->tx))) {
-    ctx->tx_on = 0;
+  if (!(ctx->tx = calloc((size_t)want, sizeof *ctx->tx)))
     return TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: out of memory for %d sender "
                    "threads", want);
-  }
   for (int i = 0; i < want; i++) {
     int rc = sender_start(ctx);
     if (rc) return rc; /* fini stops those started */
@@ -287,7 +285,6 @@ void mep__tcp_tx_stop(tcp_ctx_t *ctx) {
   free(ctx->tx);
   ctx->tx = NULL;
   ctx->ntx = 0;
-  ctx->tx_on = 0;
   pthread_cond_destroy(&ctx->tx_idle);
   pthread_mutex_destroy(&ctx->tx_mu);
 }
@@ -297,7 +294,7 @@ int mep__tcp_tx_owned(const tcp_sock_t *s) {
 }
 
 int mep__tcp_tx_wants(const tcp_sock_t *s) {
-  return s->peer->ctx->tx_on && s->head && !s->tx_err;
+  return s->peer->ctx->ntx && s->head && !s->tx_err;
 }
 
 void mep__tcp_tx_handoff(tcp_sock_t *s) {
@@ -337,7 +334,7 @@ int mep__tcp_tx_busy(tcp_peer_t *p) {
 
 void mep__tcp_tx_quiesce(tcp_peer_t *p) {
   tcp_ctx_t *ctx = p->ctx;
-  if (!ctx->tx_on) return;
+  if (!ctx->ntx) return;
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < ctx->cfg.nsock; i++) mep__tcp_tx_detach(&p->socks[i]);
   pthread_mutex_unlock(&p->mu);

@@ -284,9 +284,8 @@ typedef struct tcp_ctx {
   pthread_mutex_t lazy_mu;
   tcp_peer_t *lazy_head; /* peers with deferred writes; atomic reads */
 
-  /* the sender threads (sender.c), when tx_on */
+  /* the sender threads (sender.c), if any */
   int tx_started; /* tx_mu and tx_idle exist: fini calls tx_stop */
-  int tx_on;
   pthread_mutex_t tx_mu;
   pthread_cond_t tx_idle; /* a socket stopped being TCP_TX_SENDING */
   int tx_stop;
