@@ -10,15 +10,20 @@
 #include "error.h"
 #include "log.h"
 
-/* The key names the process too (its incarnation): a replacement of a
- * rank never imports what an earlier process of that rank published. */
-static char *region_key(const mep_comm_t *comm, uint32_t id, int rank) {
-  size_t len = strlen(comm->ns) + 64;
+char *mep__region_store_key(const mep_comm_t *comm, const char *what,
+                            int rank) {
+  size_t len = strlen(comm->ns) + strlen(what) + 48;
   char *k = malloc(len);
   if (k)
-    snprintf(k, len, "%s/region/%u/%d.%lld", comm->ns, id, rank,
+    snprintf(k, len, "%s/%s/%d.%lld", comm->ns, what, rank,
              (long long)comm->incarnation[rank]);
   return k;
+}
+
+static char *region_key(const mep_comm_t *comm, uint32_t id, int rank) {
+  char what[24];
+  snprintf(what, sizeof what, "region/%u", id);
+  return mep__region_store_key(comm, what, rank);
 }
 
 static int track(mep_comm_t *comm, mep_region_t *r) {

@@ -43,6 +43,13 @@ int mep__region_import_active(mep_region_t *r, const uint8_t *act);
  * process replaces it); the next use imports afresh. */
 void mep__region_forget(mep_region_t *r, int peer);
 
+/* The store key "<ns>/<what>/<rank>.<incarnation>" of something `rank`'s
+ * process publishes: naming the process, a replacement of the rank never
+ * reads what an earlier process of it published. malloc'ed; NULL when out
+ * of memory. */
+char *mep__region_store_key(const mep_comm_t *comm, const char *what,
+                            int rank);
+
 /* Publishes every region registered so far, the subsystems' state that
  * creation and joining register before anything else (comm_state.c), as
  * one store value: a peer then imports all of them with one store read

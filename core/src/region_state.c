@@ -4,7 +4,6 @@
  * peer's instance of each of them, and one read per region and peer made
  * the store server the bottleneck of creation at a few hundred ranks
  * (docs/scaling.md, "Creation"). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,17 +15,6 @@ struct mep__bundle {
   void *val;
   size_t len;
 };
-
-/* Named by the process (its incarnation), as region keys are; NULL when
- * out of memory. */
-static char *bundle_key(const mep_comm_t *comm, int rank) {
-  size_t len = strlen(comm->ns) + 64;
-  char *k = malloc(len);
-  if (k)
-    snprintf(k, len, "%s/state/%d.%lld", comm->ns, rank,
-             (long long)comm->incarnation[rank]);
-  return k;
-}
 
 static const mep_region_t *find_state(const mep_comm_t *comm, uint32_t id) {
   for (size_t i = 0; i < comm->nregions; i++) {
@@ -53,7 +41,7 @@ int mep__region_publish_state(mep_comm_t *comm) {
                     "deregistered or published alone", id);
   }
   pthread_mutex_unlock(&comm->lock);
-  char *k = rc ? NULL : bundle_key(comm, comm->rank);
+  char *k = rc ? NULL : mep__region_store_key(comm, "state", comm->rank);
   if (rc == MEP_OK && (b.oom || !k))
     rc = mep__err(MEP_ERR_NOMEM, "out of memory");
   if (rc == MEP_OK) {
@@ -117,7 +105,7 @@ int mep__region_state_blob(mep_comm_t *comm, uint32_t id, int peer,
   int rc = MEP_OK;
   if (!from_cache(comm, id, peer, val, len, &rc)) return rc;
   /* not under the lock: the read may wait for the peer */
-  char *k = bundle_key(comm, peer);
+  char *k = mep__region_store_key(comm, "state", peer);
   if (!k) return mep__err(MEP_ERR_NOMEM, "out of memory");
   void *bv = NULL;
   size_t bl = 0;
