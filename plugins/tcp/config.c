@@ -35,6 +35,13 @@ const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS] = {
      "striped over sockets_per_peer sockets leave that much faster only "
      "with as many threads. 0: one per socket of a peer, at most one per "
      "4 CPUs."},
+    {"recv_thread", MEP_TP_CFG_CHOICE, 0, 0, "auto", "auto|off|on",
+     "on: the rest of a long payload (256 KiB or more) is read into its "
+     "region by a thread of the plugin's own, one per socket of a peer, at "
+     "most one per 4 CPUs, so a peer's streams are received at once; off: "
+     "the progress thread reads every byte. auto: on where send_thread's "
+     "auto is and the sender and receiver threads of all ranks fit in half "
+     "of this process's CPUs."},
 };
 
 /* The core checked every value against the table above when it loaded
@@ -49,13 +56,15 @@ int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
     return MEP_ERR_ABI;
   }
   memset(cfg, 0, sizeof *cfg);
-  int64_t lo, hi, nsock, retries, nodelay, send_thread, send_threads;
+  int64_t lo, hi, nsock, retries, nodelay, send_thread, send_threads,
+      recv_thread;
   int rc = env->cfg_range(env, "port_range", &lo, &hi);
   if (!rc) rc = env->cfg_int(env, "sockets_per_peer", &nsock);
   if (!rc) rc = env->cfg_int(env, "connect_retries", &retries);
   if (!rc) rc = env->cfg_int(env, "nodelay", &nodelay);
   if (!rc) rc = env->cfg_int(env, "send_thread", &send_thread);
   if (!rc) rc = env->cfg_int(env, "send_threads", &send_threads);
+  if (!rc) rc = env->cfg_int(env, "recv_thread", &recv_thread);
   if (rc) return rc;
   const char *ifname = env->cfg_str(env, "ifname");
   if (strlen(ifname) >= sizeof cfg->ifname) {
@@ -73,5 +82,6 @@ int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
   cfg->nodelay = (int)nodelay;
   cfg->send_thread = (int)send_thread;
   cfg->send_threads = (int)send_threads;
+  cfg->recv_thread = (int)recv_thread;
   return 0;
 }

@@ -57,6 +57,15 @@ int mep__tcp_peer_install(tcp_peer_t *p, uint32_t index, int fd, int add) {
   return rc;
 }
 
+int mep__tcp_sock_watch(tcp_sock_t *s) {
+  tcp_ctx_t *ctx = s->peer->ctx;
+  struct epoll_event ev = {
+      .events = (mep__tcp_pool_owned(&ctx->rx, s) ? 0u : EPOLLIN) |
+                (s->out_armed ? EPOLLOUT : 0u),
+      .data.ptr = &s->src};
+  return epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, s->fd, &ev);
+}
+
 void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report) {
   if (p->dead) return;
   tcp_ctx_t *ctx = p->ctx;
@@ -89,8 +98,9 @@ void mep__tcp_reap(tcp_ctx_t *ctx) {
     tcp_peer_t *p = ctx->peers[r];
     if (!p) continue;
     pthread_mutex_lock(&p->mu);
-    if (p->dead && p->fds_open && mep__tcp_tx_busy(p)) {
-      /* the sender thread may be about to use an fd: next time */
+    if (p->dead && p->fds_open &&
+        (mep__tcp_pool_busy(&ctx->tx, p) || mep__tcp_pool_busy(&ctx->rx, p))) {
+      /* a sender or receiver thread may be about to use an fd: next time */
       __atomic_store_n(&ctx->reap, 1, __ATOMIC_RELEASE);
     } else if (p->dead && p->fds_open) {
       for (int i = 0; i < ctx->cfg.nsock; i++) {
@@ -119,7 +129,8 @@ static void lazy_unlink(tcp_ctx_t *ctx, tcp_peer_t *p) {
  * the regions imported through it. */
 static void release(tcp_peer_t *p) {
   tcp_ctx_t *ctx = p->ctx;
-  mep__tcp_tx_quiesce(p);
+  mep__tcp_pool_quiesce(&ctx->tx, p);
+  mep__tcp_pool_quiesce(&ctx->rx, p);
   pthread_mutex_lock(&p->mu);
   for (int i = 0; i < ctx->cfg.nsock; i++) {
     tcp_sock_t *s = &p->socks[i];

@@ -3,9 +3,10 @@
  *
  * One context per communicator: a listening socket on the configured
  * interface, k sockets per peer, an epoll set that poll() drives without
- * blocking and that the core may sleep on (props.event_fd). One thread of
- * its own at most: the sender thread of large writes (sender.c). A child
- * forked from the process lets go of the sockets (fork.c).
+ * blocking and that the core may sleep on (props.event_fd). Threads of its
+ * own where the machine has CPUs to spare: sender threads for large
+ * writes (sender.c) and receiver threads for long payloads (receiver.c).
+ * A child forked from the process lets go of the sockets (fork.c).
  */
 #include <arpa/inet.h>
 #include <stddef.h>
@@ -61,7 +62,8 @@ static int tcp_fini(mep_tp_ctx_t *ctxp) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx) return 0;
   mep__tcp_fork_unwatch(ctx);
-  if (ctx->tx_started) mep__tcp_tx_stop(ctx);
+  mep__tcp_pool_stop(&ctx->tx);
+  mep__tcp_pool_stop(&ctx->rx);
   mep__tcp_hs_free_all(ctx);
   for (int r = 0; ctx->peers && r < ctx->size; r++)
     if (ctx->peers[r]) mep__tcp_peer_free(ctx->peers[r]);
@@ -77,7 +79,7 @@ static int tcp_fini(mep_tp_ctx_t *ctxp) {
   free(ctx->cq);
   pthread_mutex_destroy(&ctx->poll_mu);
   pthread_mutex_destroy(&ctx->mu);
-  pthread_mutex_destroy(&ctx->rx_mu);
+  pthread_rwlock_destroy(&ctx->rx_lock);
   pthread_mutex_destroy(&ctx->cq_mu);
   pthread_mutex_destroy(&ctx->lazy_mu);
   free(ctx);
@@ -111,11 +113,18 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->lsrc.kind = TCP_SRC_LISTEN;
   ctx->hssrc.kind = TCP_SRC_HANDSHAKE;
   ctx->cqsrc.kind = TCP_SRC_CQ;
+  ctx->rxsrc.kind = TCP_SRC_RX;
   ctx->hs_next_deadline = INT64_MAX;
   ctx->inc = new_incarnation(ctx);
   pthread_mutex_init(&ctx->poll_mu, NULL);
   pthread_mutex_init(&ctx->mu, NULL);
-  pthread_mutex_init(&ctx->rx_mu, NULL);
+  /* dereg must not wait behind an endless run of payload reads */
+  pthread_rwlockattr_t ra;
+  pthread_rwlockattr_init(&ra);
+  pthread_rwlockattr_setkind_np(&ra,
+                                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(&ctx->rx_lock, &ra);
+  pthread_rwlockattr_destroy(&ra);
   pthread_mutex_init(&ctx->cq_mu, NULL);
   pthread_mutex_init(&ctx->lazy_mu, NULL);
   int rc = mep__tcp_cfg_read(env, &ctx->cfg);
@@ -126,10 +135,8 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
     rc = TCP_ERR(ctx, MEP_ERR_NOMEM, "tcp: init: out of memory for %d peers",
                  env->size);
   if (!rc) rc = ctx_open(ctx);
-  if (!rc) {
-    ctx->tx_started = 1;
-    rc = mep__tcp_tx_start(ctx);
-  }
+  if (!rc) rc = mep__tcp_tx_start(ctx);
+  if (!rc) rc = mep__tcp_rx_start(ctx);
   if (!rc) rc = mep__tcp_fork_watch(ctx);
   if (rc) {
     tcp_fini(ctx);
@@ -341,6 +348,9 @@ static void dispatch(tcp_ctx_t *ctx, const struct epoll_event *ev) {
     if (ev->events & (EPOLLIN | EPOLLERR | EPOLLHUP)) mep__tcp_on_readable(s);
     break;
   }
+  case TCP_SRC_RX:
+    mep__tcp_on_rx_done(ctx);
+    break;
   default: /* the completion eventfd: drained by cq_pop */
     break;
   }

@@ -1,10 +1,12 @@
 /*
- * recv.c - the receive side, run by the poll thread alone.
+ * recv.c - the receive side, run by the poll thread (but for the long
+ * payloads it hands to a receiver thread, receiver.c).
  *
  * Each socket reads what the kernel holds into a buffer (rb) and parses
  * the messages there in order: a 32-byte header is validated (wire.c)
  * against the live region table before any payload byte is copied into
- * the region; a long payload's rest is read straight into the region. A signal waits in its peer's queue
+ * the region; a long payload's rest is read straight into the region,
+ * here or on a receiver thread. A signal waits in its peer's queue
  * until every message it counts has arrived on every socket, then applies
  * with an atomic release store or fetch-add, so a thread that sees the new
  * value with an acquire load also sees the data written before it.
@@ -20,13 +22,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "tcp.h"
 
 /* Per readiness event, so one busy socket does not starve the others. */
 #define TCP_RX_MSGS 64
 #define TCP_RX_BYTES (16u << 20)
-/* rx_mu is held across one recv() into a region; bound its length. */
+/* rx_lock is held across one recv() into a region; bound its length. */
 #define TCP_RX_CHUNK (1u << 20)
 
 static void bad(tcp_sock_t *s, int rc, const char *why) {
@@ -112,7 +115,7 @@ static int apply_pending(tcp_sock_t *s) {
     const uint64_t *e = p->psig + p->psig_head * psig_stride(p);
     for (int i = 0; i < k; i++)
       if (p->socks[i].rx_seq < e[4 + i]) return 0;
-    pthread_mutex_lock(&ctx->rx_mu);
+    pthread_rwlock_rdlock(&ctx->rx_lock);
     tcp_mr_t *mr = mep__tcp_region_find(ctx, (uint32_t)e[0]);
     uint8_t *word = mr ? mr->base + e[2] : NULL;
     if (word && ((uintptr_t)word & 7) == 0) {
@@ -121,7 +124,7 @@ static int apply_pending(tcp_sock_t *s) {
       else
         __atomic_store_n((uint64_t *)(void *)word, e[3], __ATOMIC_RELEASE);
     }
-    pthread_mutex_unlock(&ctx->rx_mu);
+    pthread_rwlock_unlock(&ctx->rx_lock);
     if (!word || ((uintptr_t)word & 7)) {
       snprintf(why, sizeof why,
                mr ? "signalled offset %" PRIu64 " of region %" PRIu64
@@ -202,10 +205,10 @@ static int on_head(tcp_sock_t *s) {
                                .nsock = (uint32_t)ctx->cfg.nsock,
                                .region_len = mep__tcp_region_len,
                                .arg = ctx};
-  pthread_mutex_lock(&ctx->rx_mu);
+  pthread_rwlock_rdlock(&ctx->rx_lock);
   int rc = mep__tcp_msg_check(s->rx_buf, s->rx_have, &exp, &s->rx_msg, why,
                               sizeof why);
-  pthread_mutex_unlock(&ctx->rx_mu);
+  pthread_rwlock_unlock(&ctx->rx_lock);
   if (!rc && s->rx_msg.type == MEP_TCP_MSG_SIGNAL && s->index != 0) {
     snprintf(why, sizeof why, "signal on socket %u (signals travel on 0)",
              s->index);
@@ -224,14 +227,13 @@ static int on_head(tcp_sock_t *s) {
   return 0;
 }
 
-/* Moves payload bytes into the region: those already in rb, else, for a
- * long rest, straight from the socket. The region is looked up again
- * under rx_mu for every chunk: dereg may have removed it. -2 when it is
- * gone. */
-static ssize_t read_payload(tcp_sock_t *s, int fd) {
+/* Payload bytes come from rb first, else, for a long rest, straight from
+ * the socket. The region is looked up again under rx_lock for every
+ * chunk: dereg may have removed it. */
+ssize_t mep__tcp_read_payload(tcp_sock_t *s, int fd) {
   tcp_ctx_t *ctx = s->peer->ctx;
   const mep__tcp_msg_t *m = &s->rx_msg;
-  pthread_mutex_lock(&ctx->rx_mu);
+  pthread_rwlock_rdlock(&ctx->rx_lock);
   tcp_mr_t *mr = mep__tcp_region_find(ctx, m->region);
   ssize_t n = -2;
   if (mr) {
@@ -247,7 +249,7 @@ static ssize_t read_payload(tcp_sock_t *s, int fd) {
       n = recv(fd, dst, want, MSG_DONTWAIT);
     }
   }
-  pthread_mutex_unlock(&ctx->rx_mu);
+  pthread_rwlock_unlock(&ctx->rx_lock);
   return n;
 }
 
@@ -262,6 +264,28 @@ static ssize_t fill(tcp_sock_t *s, int fd) {
   ssize_t n = recv(fd, s->rb, TCP_RXBUF_LEN, MSG_DONTWAIT);
   if (n > 0) s->rb_len = (size_t)n;
   return n;
+}
+
+/* Reading s failed: res is TCP_RX_EOF, TCP_RX_GONE (the payload's region
+ * was deregistered) or an errno. */
+static void read_failed(tcp_sock_t *s, int res) {
+  char why[160];
+  if (res == TCP_RX_GONE) {
+    snprintf(why, sizeof why,
+             "region %" PRIu32 " was deregistered while a write into it "
+             "was arriving", s->rx_msg.region);
+    bad(s, MEP_ERR_PROTOCOL, why);
+    return;
+  }
+  /* after its BYE, a reset too only says the peer closed without reading
+   * what we sent: our queue completes with MEP_ERR_CLOSED */
+  if (s->rx_bye) {
+    ended(s);
+    return;
+  }
+  snprintf(why, sizeof why, "%s",
+           res == TCP_RX_EOF ? "it closed the connection" : strerror(res));
+  lost(s, why);
 }
 
 /* Moves header or trailer bytes from rb to rx_buf. */
@@ -282,8 +306,9 @@ static void read_sock(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
   int fd = p->dead ? -1 : s->fd, broken = s->tx_err != 0;
+  int away = mep__tcp_pool_owned(&p->ctx->rx, s);
   pthread_mutex_unlock(&p->mu);
-  if (fd < 0 || s->rx_ended) return;
+  if (fd < 0 || s->rx_ended || away) return;
   s->rx_stalled = 0;
   char why[160];
   uint64_t bytes = 0;
@@ -303,15 +328,13 @@ static void read_sock(tcp_sock_t *s) {
       return;
     }
     ssize_t n;
+    if (mep__tcp_rx_handoff(s)) return;
     if (s->rx_state == TCP_RX_PAYLOAD &&
         (s->rb_len || s->rx_left >= TCP_RX_DIRECT)) {
       int direct = !s->rb_len;
-      n = read_payload(s, fd);
+      n = mep__tcp_read_payload(s, fd);
       if (n == -2) {
-        snprintf(why, sizeof why,
-                 "region %" PRIu32 " was deregistered while a write into it "
-                 "was arriving", s->rx_msg.region);
-        bad(s, MEP_ERR_PROTOCOL, why);
+        read_failed(s, TCP_RX_GONE);
         return;
       }
       if (n > 0) {
@@ -339,16 +362,27 @@ static void read_sock(tcp_sock_t *s) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    /* after its BYE, a reset too only says the peer closed without reading
-     * what we sent: our queue completes with MEP_ERR_CLOSED */
-    if (s->rx_bye) {
-      ended(s);
-      return;
-    }
-    snprintf(why, sizeof why, "%s",
-             n == 0 ? "it closed the connection" : strerror(errno));
-    lost(s, why);
+    read_failed(s, n == 0 ? TCP_RX_EOF : errno);
     return;
+  }
+}
+
+void mep__tcp_on_rx_done(tcp_ctx_t *ctx) {
+  uint64_t v;
+  (void)!read(ctx->rx.donefd, &v, sizeof v);
+  tcp_sock_t *s;
+  while ((s = mep__tcp_rx_take_back(ctx))) {
+    tcp_peer_t *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    int dead = p->dead;
+    pthread_mutex_unlock(&p->mu);
+    if (dead) continue;
+    if (s->rx_res != TCP_RX_OK) {
+      read_failed(s, s->rx_res);
+      continue;
+    }
+    if (msg_done(s)) continue;
+    mep__tcp_on_readable(s);
   }
 }
 

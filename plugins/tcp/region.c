@@ -18,7 +18,7 @@ int mep__tcp_region_len(void *arg, uint32_t id, uint64_t *len) {
   return 1;
 }
 
-/* rx_mu held. Ids are never reused, so a message meant for a region that
+/* rx_lock held. Ids are never reused, so a message meant for a region that
  * was deregistered can never land in a newer one. */
 static int table_add(tcp_ctx_t *ctx, tcp_mr_t *mr) {
   if (ctx->nregions == UINT32_MAX) return -1;
@@ -56,9 +56,9 @@ int mep__tcp_reg(mep_tp_ctx_t *ctxp, void *ptr, size_t len, mep_memkind_t kind,
   mr->ctx = ctx;
   mr->base = ptr;
   mr->len = len;
-  pthread_mutex_lock(&ctx->rx_mu);
+  pthread_rwlock_wrlock(&ctx->rx_lock);
   int rc = table_add(ctx, mr);
-  pthread_mutex_unlock(&ctx->rx_mu);
+  pthread_rwlock_unlock(&ctx->rx_lock);
   if (rc) {
     free(mr);
     return TCP_ERR(ctx, MEP_ERR_NOMEM,
@@ -76,12 +76,12 @@ int mep__tcp_dereg(mep_tp_ctx_t *ctxp, mep_tp_mr_t *mrp) {
   tcp_ctx_t *ctx = ctxp;
   tcp_mr_t *mr = mrp;
   if (!ctx || !mr) return MEP_ERR_INVALID;
-  /* Taking rx_mu waits for a recv() into this region to finish; after
-   * that no byte lands in it. */
-  pthread_mutex_lock(&ctx->rx_mu);
+  /* Taking rx_lock waits for every recv() into a region to finish; after
+   * that no byte lands in this one. */
+  pthread_rwlock_wrlock(&ctx->rx_lock);
   int ok = mep__tcp_region_find(ctx, mr->id) == mr;
   if (ok) ctx->regions[mr->id - 1] = NULL;
-  pthread_mutex_unlock(&ctx->rx_mu);
+  pthread_rwlock_unlock(&ctx->rx_lock);
   if (!ok)
     return TCP_ERR(ctx, MEP_ERR_INVALID,
                    "tcp: dereg: not a live registration of this context");

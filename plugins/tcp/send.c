@@ -99,10 +99,8 @@ static int flush(tcp_sock_t *s) {
 static void arm_out(tcp_sock_t *s) {
   int want = s->head != NULL && !s->tx_err;
   if (want == s->out_armed) return;
-  struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0),
-                           .data.ptr = &s->src};
-  if (!epoll_ctl(s->peer->ctx->epfd, EPOLL_CTL_MOD, s->fd, &ev))
-    s->out_armed = want;
+  s->out_armed = want;
+  if (mep__tcp_sock_watch(s)) s->out_armed = !want;
 }
 
 /* peer->mu held. The connection broke, but what the peer sent before may
@@ -125,16 +123,17 @@ void mep__tcp_broke(tcp_sock_t *s, int err) {
  * hands it to the sender thread. */
 static void kick(tcp_sock_t *s) {
   s->lazy = 0;
-  if (mep__tcp_tx_owned(s)) return; /* the sender thread sends it all */
+  if (mep__tcp_pool_owned(&s->peer->ctx->tx, s))
+    return; /* the sender thread sends it all */
   if (mep__tcp_tx_wants(s) && s->queued >= TCP_TX_HANDOFF) {
-    mep__tcp_tx_handoff(s);
+    mep__tcp_pool_handoff(&s->peer->ctx->tx, s);
     return;
   }
   int rc = flush(s);
   if (rc < 0)
     mep__tcp_broke(s, -rc);
   else if (mep__tcp_tx_wants(s))
-    mep__tcp_tx_handoff(s);
+    mep__tcp_pool_handoff(&s->peer->ctx->tx, s);
   else
     arm_out(s);
 }
@@ -198,7 +197,7 @@ static void submit(tcp_sock_t *s, tcp_item_t *it) {
 void mep__tcp_on_writable(tcp_sock_t *s) {
   tcp_peer_t *p = s->peer;
   pthread_mutex_lock(&p->mu);
-  if (!p->dead && !mep__tcp_tx_owned(s)) {
+  if (!p->dead && !mep__tcp_pool_owned(&p->ctx->tx, s)) {
     int rc = flush(s);
     if (rc < 0)
       mep__tcp_broke(s, -rc);
@@ -222,7 +221,7 @@ void mep__tcp_drop_sock(tcp_sock_t *s, int status, int report) {
 
 void mep__tcp_drop_queues(tcp_peer_t *p, int status, int report) {
   for (int i = 0; i < p->ctx->cfg.nsock; i++)
-    if (!mep__tcp_tx_detach(&p->socks[i]))
+    if (!mep__tcp_pool_detach(&p->ctx->tx, &p->socks[i]))
       mep__tcp_drop_sock(&p->socks[i], status, report);
 }
 

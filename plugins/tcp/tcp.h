@@ -12,17 +12,21 @@
  *   ctx->mu     the peers table, the tombstones, the shut flags, the
  *               pending handshakes and the sockets being dialled
  *   peer->mu    a peer's state, its sockets' fds and send queues
- *   ctx->tx_mu  the sender threads' lists and the sockets' tx_state
+ *   ctx->tx.mu, ctx->rx.mu  a pool's lists and the sockets' states with
+ *               it (pool.c); never both
  *   ctx->cq_mu  the completion queue (a leaf)
  *   ctx->lazy_mu the list of peers with deferred small writes (a leaf)
- *   ctx->rx_mu  the region table; held by the poll thread while it reads a
- *               payload into region memory or applies a signal, so dereg
- *               cannot return while bytes still land in the region (a leaf)
+ *   ctx->rx_lock the region table, a read-write lock; its read side is
+ *               held while a payload is read into region memory (by the
+ *               poll thread or a receiver thread) or a signal applied, so
+ *               dereg cannot return while bytes still land in the region
+ *               (a leaf)
  * One exception: close() holds peer->mu across its goodbye (sending it and
  * waiting for its acknowledgement, at most TCP_BYE_MS), so nothing can be
  * queued behind it meanwhile.
  * A socket's receive state and a peer's pending signals belong to the poll
- * thread alone. File descriptors of a dead peer are shut down by whoever
+ * thread alone, but for the rest of a payload it handed to a receiver
+ * thread (receiver.c). File descriptors of a dead peer are shut down by whoever
  * finds it dead but closed only under poll_mu (by the poll thread, close()
  * or connect()) or by fini, so the poll thread never reads from a number
  * that was closed and reused meanwhile.
@@ -51,6 +55,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "fork_watch.h"
 #include "mep/transport.h"
@@ -74,9 +79,15 @@
 /* A socket's queue this long (or one the kernel took only part of) is
  * handed to the sender thread, where there is one (sender.c). */
 #define TCP_TX_HANDOFF (64u * 1024u)
-/* How long the sender thread watches for work before it sleeps: about
- * the time between a chunk's write and the next (docs/perf.md). */
-#define TCP_TX_SPIN_US 1000
+/* The rest of a payload this long is read by a receiver thread, where
+ * there is one (receiver.c): a stripe of a chunk (512 KiB by default)
+ * less what the poll thread read ahead, not the 256 KiB pieces of a
+ * 1 MiB collective on 4 ranks, where waking the thread cost more than it
+ * saved (docs/perf.md, "Receiver threads"). */
+#define TCP_RX_HANDOFF (256u * 1024u)
+/* How long a pool's thread watches for work before it sleeps: about the
+ * time between a chunk's write and the next (docs/perf.md). */
+#define TCP_POOL_SPIN_US 1000
 /* Most iovec entries of one sendmsg. */
 #define TCP_MAX_IOV 64
 /* [tcp] sockets_per_peer = 0 (auto) is 2 in groups of at most this many
@@ -105,17 +116,25 @@ typedef struct tcp_cfg {
   int nsock;            /* sockets_per_peer */
   int retries;          /* connect_retries: dial attempts */
   int nodelay;
-  int send_thread;  /* TCP_SEND_THREAD_* */
+  int send_thread;  /* TCP_THREADS_* */
   int send_threads; /* 0: auto */
+  int recv_thread;  /* TCP_THREADS_* */
 } tcp_cfg_t;
 
-/* [tcp] send_thread, in the order of its choices */
-enum { TCP_SEND_THREAD_AUTO, TCP_SEND_THREAD_OFF, TCP_SEND_THREAD_ON };
-/* Who sends a socket's queue (sender.c) */
-enum { TCP_TX_NONE, TCP_TX_LISTED, TCP_TX_SENDING };
+/* [tcp] send_thread and recv_thread, in the order of their choices */
+enum { TCP_THREADS_AUTO, TCP_THREADS_OFF, TCP_THREADS_ON };
+/* The pools (pool.c): which direction of a socket they serve */
+enum { TCP_TX, TCP_RX };
+/* A socket's state with a pool (pool.c) */
+enum { TCP_HAND_NONE, TCP_HAND_LISTED, TCP_HAND_BUSY, TCP_HAND_DONE };
+/* What one step of a pool's thread on a socket did */
+enum { TCP_STEP_DONE, TCP_STEP_MOVED, TCP_STEP_WAIT };
+/* How a receiver thread's payload ended, but for an errno (receiver.c) */
+enum { TCP_RX_OK = 0, TCP_RX_EOF = -1, TCP_RX_GONE = -2 };
 
 /* What an epoll event points to; the kind says which object it is. */
-enum { TCP_SRC_LISTEN, TCP_SRC_HANDSHAKE, TCP_SRC_SOCK, TCP_SRC_CQ };
+enum { TCP_SRC_LISTEN, TCP_SRC_HANDSHAKE, TCP_SRC_SOCK, TCP_SRC_CQ,
+       TCP_SRC_RX };
 typedef struct tcp_src {
   int kind;
 } tcp_src_t;
@@ -143,6 +162,13 @@ typedef struct tcp_item {
 enum { TCP_RX_HDR, TCP_RX_TRAILER, TCP_RX_PAYLOAD };
 
 struct tcp_peer;
+struct tcp_sock;
+
+/* A socket's hand-over to a pool (pool.c). */
+typedef struct tcp_hand {
+  int state;             /* TCP_HAND_*, under the pool's mu */
+  struct tcp_sock *next; /* on a list of the pool's, under its mu */
+} tcp_hand_t;
 
 typedef struct tcp_sock {
   tcp_src_t src; /* first: epoll events point here */
@@ -159,13 +185,14 @@ typedef struct tcp_sock {
                         send yet (TCP_LAZY_WRITE) */
   int tx_err;        /* a send failed with this errno: nothing more is
                         sent here, the socket is shut down */
-  int tx_state;      /* TCP_TX_*: NONE, or the sender thread's (sender.c) */
-  struct tcp_sock *tx_next; /* on its sender's list, under ctx->tx_mu */
+  tcp_hand_t hand[2]; /* [TCP_TX]: its queue, [TCP_RX]: its payload */
   /* receive side, poll thread only */
   int rx_state;
   size_t rx_have, rx_need;
   mep__tcp_msg_t rx_msg;
   uint64_t rx_left; /* payload bytes still to come */
+  int rx_res;       /* TCP_RX_* or an errno: how a receiver thread's read
+                       of the payload ended */
   uint64_t rx_seq;  /* messages received completely */
   int rx_bye;       /* the peer's BYE arrived here */
   int rx_ended;     /* and then the end of the stream: no longer watched */
@@ -234,29 +261,52 @@ typedef struct tcp_mr {
   uint64_t len;
 } tcp_mr_t;
 
-/* One sender thread. The sockets it sends (TCP_TX_SENDING) are its
+/* One thread of a pool. The sockets it serves (TCP_HAND_BUSY) are its
  * alone; they are kept here, not on its stack, so that they stay
  * reachable however the process ends. */
 struct pollfd;
-typedef struct tcp_sender {
-  struct tcp_ctx *ctx;
+struct tcp_pool;
+typedef struct tcp_worker {
+  struct tcp_pool *pool;
   pthread_t thread;
   int evfd;                /* wakes it */
-  /* under ctx->tx_mu */
-  tcp_sock_t *head, *tail; /* queues handed over, TCP_TX_LISTED */
+  /* under pool->mu */
+  tcp_sock_t *head, *tail; /* sockets handed over, TCP_HAND_LISTED */
   int sleeping;
   /* the thread's own */
   tcp_sock_t **s;
   struct pollfd *pf; /* pf[0]: evfd; pf[1 + i]: s[i] */
   size_t n, cap;
-} tcp_sender_t;
+} tcp_worker_t;
+
+/* Threads that serve one direction of the sockets handed to them. */
+typedef struct tcp_pool {
+  struct tcp_ctx *ctx;
+  int dir;          /* TCP_TX or TCP_RX: which hand of a socket */
+  short events;     /* what a thread waits for on a socket: POLLOUT, POLLIN */
+  const char *name; /* of the threads */
+  const char *what; /* "sender", in messages */
+  /* The thread's work on s, one step; *fd: what to wait on for
+   * TCP_STEP_WAIT. A step that returns TCP_STEP_DONE gave s back. */
+  int (*step)(tcp_sock_t *s, int *fd);
+  int started;          /* mu and idle exist: fini calls pool_stop */
+  pthread_mutex_t mu;
+  pthread_cond_t idle;  /* a socket stopped being TCP_HAND_BUSY */
+  int stop;
+  int n;                /* threads started */
+  tcp_worker_t *w;      /* n of them */
+  /* a pool whose sockets go back to the poll thread (donefd >= 0) lists
+   * them here and writes donefd, which is in the epoll set */
+  tcp_sock_t *done_head, *done_tail;
+  int donefd;
+} tcp_pool_t;
 
 typedef struct tcp_ctx {
   const mep_tp_env_t *env;
   tcp_cfg_t cfg;
   int rank, size, timeout_ms;
   int epfd, lfd, cqfd;
-  tcp_src_t lsrc, hssrc, cqsrc;
+  tcp_src_t lsrc, hssrc, cqsrc, rxsrc;
   struct sockaddr_in addr; /* where lfd listens */
 
   uint64_t inc; /* this context's incarnation, in its address blob */
@@ -272,7 +322,7 @@ typedef struct tcp_ctx {
   int64_t hs_next_deadline;   /* atomic reads outside mu */
   int reap;                   /* atomic: some dead peer has open fds */
 
-  pthread_mutex_t rx_mu;
+  pthread_rwlock_t rx_lock;
   tcp_mr_t **regions; /* regions[id - 1]; NULL once deregistered */
   uint32_t nregions, regions_cap;
 
@@ -284,13 +334,8 @@ typedef struct tcp_ctx {
   pthread_mutex_t lazy_mu;
   tcp_peer_t *lazy_head; /* peers with deferred writes; atomic reads */
 
-  /* the sender threads (sender.c), if any */
-  int tx_started; /* tx_mu and tx_idle exist: fini calls tx_stop */
-  pthread_mutex_t tx_mu;
-  pthread_cond_t tx_idle; /* a socket stopped being TCP_TX_SENDING */
-  int tx_stop;
-  int ntx;                /* threads started */
-  struct tcp_sender *tx;  /* ntx of them */
+  tcp_pool_t tx; /* the sender threads (sender.c), if any */
+  tcp_pool_t rx; /* the receiver threads (receiver.c), if any */
 
   mep__fork_watch_t fork; /* a forked child lets go of the sockets */
 } tcp_ctx_t;
@@ -298,12 +343,14 @@ typedef struct tcp_ctx {
 /* config.c */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg);
 /* The [tcp] keys this plugin declares (config.c). */
-#define MEP_TCP_NKEYS 7
+#define MEP_TCP_NKEYS 8
 extern const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS];
 
 /* util.c: leaf helpers, calling nothing else of the plugin */
 int64_t mep__tcp_now_ms(void);
 int64_t mep__tcp_now_us(void);
+/* The CPUs this process may run on. */
+int mep__tcp_cpus(void);
 void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len);
 void mep__tcp_sockopts(tcp_ctx_t *ctx, int fd);
 
@@ -326,6 +373,10 @@ void mep__tcp_cq_forget(tcp_ctx_t *ctx, int rank);
  * or NULL when out of memory. */
 tcp_peer_t *mep__tcp_peer_new(tcp_ctx_t *ctx, int rank);
 int mep__tcp_peer_install(tcp_peer_t *p, uint32_t index, int fd, int add);
+/* peer->mu held: tells epoll what the poll thread waits for on s: its
+ * bytes, unless a receiver thread reads them, and room to send while
+ * out_armed. 0, or -1 (errno) when epoll refused. */
+int mep__tcp_sock_watch(tcp_sock_t *s);
 void mep__tcp_peer_fail_locked(tcp_peer_t *p, int status, int report);
 /* What the writes still queued to a peer that died with `status`
  * complete with: MEP_ERR_CLOSED after a close, else MEP_ERR_PEER_FAILED. */
@@ -373,26 +424,55 @@ int mep__tcp_gather(const tcp_sock_t *s, struct iovec *iov);
 void mep__tcp_advance(tcp_sock_t *s, uint64_t n);
 void mep__tcp_broke(tcp_sock_t *s, int err);
 
+/* pool.c */
+/* init: the pool of direction dir (TCP_TX, TCP_RX) whose threads run
+ * step; its locks, no threads yet. */
+void mep__tcp_pool_init(tcp_pool_t *pool, tcp_ctx_t *ctx, int dir,
+                        int (*step)(tcp_sock_t *s, int *fd));
+/* Starts n threads. */
+int mep__tcp_pool_start(tcp_pool_t *pool, int n);
+/* fini, before the peers are freed: stops the threads. */
+void mep__tcp_pool_stop(tcp_pool_t *pool);
+/* How many threads a [tcp] *_thread choice and count ask for (0: none):
+ * where the process may run on 4 CPUs or more, with 3 ranks or more or 2
+ * sockets per peer or more, one per socket of a peer, at most one per 4
+ * CPUs (sender.c says why). */
+int mep__tcp_pool_size(const tcp_ctx_t *ctx, int choice, int count);
+/* peer->mu held (or pool->mu): 1 when s is the pool's (not NONE). */
+int mep__tcp_pool_owned(const tcp_pool_t *pool, const tcp_sock_t *s);
+/* peer->mu held: hands s over to its thread. */
+void mep__tcp_pool_handoff(tcp_pool_t *pool, tcp_sock_t *s);
+/* The pool's thread, done with s: gives it back (NONE), or lists it as
+ * done for the poll thread (DONE). The sender threads hold peer->mu. */
+void mep__tcp_pool_give_back(tcp_pool_t *pool, tcp_sock_t *s);
+/* Poll thread: the next socket listed as done, off the list (still DONE),
+ * or NULL. */
+tcp_sock_t *mep__tcp_pool_next_done(tcp_pool_t *pool);
+/* peer->mu held: takes s back (NONE) unless its thread works on it now:
+ * then 1, and it stays the thread's. */
+int mep__tcp_pool_detach(tcp_pool_t *pool, tcp_sock_t *s);
+/* peer->mu held: 1 when the pool's threads may use an fd of p. */
+int mep__tcp_pool_busy(const tcp_pool_t *pool, const tcp_peer_t *p);
+/* p dead, its mu not held: returns once the pool holds nothing of p, so
+ * p's fds may be closed and its queues freed. */
+void mep__tcp_pool_quiesce(tcp_pool_t *pool, tcp_peer_t *p);
+
 /* sender.c */
 /* init: starts the sender threads if [tcp] send_thread asks for them. */
 int mep__tcp_tx_start(tcp_ctx_t *ctx);
-/* fini, before the peers are freed: stops them. */
-void mep__tcp_tx_stop(tcp_ctx_t *ctx);
-/* peer->mu held: 1 when a sender thread owns s's queue. */
-int mep__tcp_tx_owned(const tcp_sock_t *s);
 /* peer->mu held: 1 when s's queue should go to its sender thread (there
  * are some, and the queue holds something a healthy socket can send). */
 int mep__tcp_tx_wants(const tcp_sock_t *s);
-/* peer->mu held: hands s's queue over to its sender thread. */
-void mep__tcp_tx_handoff(tcp_sock_t *s);
-/* peer->mu held: takes s's queue back if it only waits for its sender
- * thread; 1 if that thread is sending it now (it stays its). */
-int mep__tcp_tx_detach(tcp_sock_t *s);
-/* peer->mu held: 1 when a sender thread owns a queue of p. */
-int mep__tcp_tx_busy(tcp_peer_t *p);
-/* p dead, its mu not held: returns once the sender threads own nothing
- * of p, so p's fds may be closed and its queues freed. */
-void mep__tcp_tx_quiesce(tcp_peer_t *p);
+
+/* receiver.c */
+/* init: starts the receiver threads if [tcp] recv_thread asks for them. */
+int mep__tcp_rx_start(tcp_ctx_t *ctx);
+/* Poll thread: hands the rest of s's payload to its receiver thread when
+ * there is one and the rest is long; 1 if it did. */
+int mep__tcp_rx_handoff(tcp_sock_t *s);
+/* Poll thread: a socket whose payload a receiver thread finished (its
+ * rx_res says how), taken back and watched again; NULL when none. */
+tcp_sock_t *mep__tcp_rx_take_back(tcp_ctx_t *ctx);
 
 /* fork.c */
 /* init, last: from now on a child forked from this process lets go of
@@ -406,6 +486,13 @@ int mep__tcp_close(mep_tp_ep_t *ep);
 
 /* recv.c */
 void mep__tcp_on_readable(tcp_sock_t *s);
+/* Poll thread, on the receiver threads' eventfd: goes on with the sockets
+ * whose payloads they finished. */
+void mep__tcp_on_rx_done(tcp_ctx_t *ctx);
+/* Reads the next bytes of s's payload into its region: from the
+ * read-ahead buffer, else from fd. recv's answer, or -2 when the region
+ * was deregistered. */
+ssize_t mep__tcp_read_payload(tcp_sock_t *s, int fd);
 
 /* region.c */
 int mep__tcp_reg(mep_tp_ctx_t *ctx, void *ptr, size_t len, mep_memkind_t kind,
@@ -414,7 +501,7 @@ int mep__tcp_dereg(mep_tp_ctx_t *ctx, mep_tp_mr_t *mr);
 int mep__tcp_import(mep_tp_ep_t *ep, const void *rkey, size_t len,
                     mep_tp_rmr_t **rmr);
 int mep__tcp_unimport(mep_tp_ep_t *ep, mep_tp_rmr_t *rmr);
-/* rx_mu held: the live region with this id, or NULL. */
+/* rx_lock held: the live region with this id, or NULL. */
 tcp_mr_t *mep__tcp_region_find(tcp_ctx_t *ctx, uint32_t id);
 int mep__tcp_region_len(void *ctx, uint32_t id, uint64_t *len);
 void mep__tcp_regions_free(tcp_ctx_t *ctx);

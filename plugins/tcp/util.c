@@ -3,6 +3,7 @@
  * nothing else of the plugin, so net.c (waits) -> accept.c -> peer.c can
  * all use it and calls still go one way. */
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <sys/socket.h>
@@ -17,6 +18,12 @@ int64_t mep__tcp_now_us(void) {
 }
 
 int64_t mep__tcp_now_ms(void) { return mep__tcp_now_us() / 1000; }
+
+int mep__tcp_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set)) return 1;
+  return CPU_COUNT(&set);
+}
 
 void mep__tcp_fmt_addr(const struct sockaddr_in *a, char *buf, size_t len) {
   char ip[INET_ADDRSTRLEN] = "?";

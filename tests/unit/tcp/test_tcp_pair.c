@@ -515,6 +515,7 @@ static void config_checks(void) {
       {"connect_retries", "-1"},     {"connect_retries", "ten"},
       {"nodelay", "2"},              {"nodelay", "maybe"},
       {"send_threads", "-1"},        {"send_threads", "17"},
+      {"recv_thread", "maybe"},      {"send_thread", "1"},
       {"ifname", "mep-no-such-if0"},
   };
   tt_host_t h;
@@ -565,6 +566,17 @@ static void config_checks(void) {
   tt_close(&h);
   TT_CHECK(count_threads("mep-tcp-tx") == 0, "%d sender threads left after "
            "fini", count_threads("mep-tcp-tx"));
+  /* recv_thread = on starts one receiver thread per socket of a peer (here
+   * 1), off none; fini ends them */
+  for (int i = 0; i < 2; i++) {
+    TT_OK(tt_try_open(&h, "recv_thread", i ? "off" : "on"));
+    TT_CHECK(count_threads("mep-tcp-rx") == !i, "%d receiver threads with "
+             "recv_thread = %s", count_threads("mep-tcp-rx"),
+             i ? "off" : "on");
+    tt_close(&h);
+  }
+  TT_CHECK(count_threads("mep-tcp-rx") == 0, "%d receiver threads left "
+           "after fini", count_threads("mep-tcp-rx"));
   printf("config checks passed\n");
 }
 
