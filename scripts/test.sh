@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
 # normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
-# then the pip path against an installed wheel (tests/packaging/run.sh;
+# then the tcp plugin's tests, whose sender and receiver threads share
+# sockets and queues with the poll thread, under ThreadSanitizer; then the pip path against an installed wheel (tests/packaging/run.sh;
 # MEP_TEST_PACKAGING=0 leaves it out); then the verbs transport's RDMA tests
 # in one VM with Soft-RoCE (tests/verbs/run-vm.sh; one SKIP line where no VM
 # can run). Ends with one line "N passed, N failed, N skipped".
-# Usage: scripts/test.sh [--no-asan] [--no-vm]
+# Usage: scripts/test.sh [--no-asan] [--no-tsan] [--no-vm]
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
 
-asan=1 vm=1
+asan=1 tsan=1 vm=1
 for arg in "$@"; do
   case $arg in
     --no-asan) asan=0 ;;
+    --no-tsan) tsan=0 ;;
     --no-vm) vm=0 ;;
   esac
 done
@@ -22,10 +24,11 @@ prefix="$PWD/_install"
 export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
 passed=0; failed=0; skipped=0 failures=
-run_suite() {  # build-dir label
+run_suite() {  # build-dir label [timeout-multiplier [test names...]]
   local dir=$1 label=$2
   echo "=== tests: $label ($dir)"
-  meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier "${3:-1}"
+  meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier "${3:-1}" \
+    "${@:4}"
   local counts p f k
   counts=$(python3 - "$dir/meson-logs/testlog.json" "$label" <<'PY'
 import json, sys
@@ -63,6 +66,18 @@ if [ "$asan" = 1 ]; then
       run_suite build-asan "ASan+UBSan" 3
   else
     echo "ASan build failed"; failed=$((failed + 1))
+  fi
+fi
+if [ "$tsan" = 1 ]; then
+  [ -f build-tsan/build.ninja ] ||
+    meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug \
+      -Dcuda=disabled -Dc10d=disabled -Dverbs=disabled -Dibgda=disabled >/dev/null
+  if ninja -C build-tsan >/dev/null; then
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      run_suite build-tsan "TSan (tcp)" 3 $(meson test -C build-tsan --list 2>/dev/null |
+        grep -oE 'tcp-[a-z-]+' | sort -u)
+  else
+    echo "TSan build failed"; failed=$((failed + 1))
   fi
 fi
 if [ "${MEP_TEST_PACKAGING:-1}" != 0 ]; then

@@ -29,13 +29,15 @@
 #include "tcp.h"
 
 /* pool->mu held (and peer->mu for a change to or from NONE); atomic
- * because mep__tcp_pool_owned reads it under peer->mu alone. */
+ * because mep__tcp_pool_owned reads it under peer->mu alone, and with
+ * release and acquire because whoever reads a state that is no longer
+ * BUSY (mep__tcp_reap) may close the fd the thread used before. */
 static void set_state(tcp_pool_t *pool, tcp_sock_t *s, int state) {
-  __atomic_store_n(&s->hand[pool->dir].state, state, __ATOMIC_RELAXED);
+  __atomic_store_n(&s->hand[pool->dir].state, state, __ATOMIC_RELEASE);
 }
 
 static int state_of(const tcp_pool_t *pool, const tcp_sock_t *s) {
-  return __atomic_load_n(&s->hand[pool->dir].state, __ATOMIC_RELAXED);
+  return __atomic_load_n(&s->hand[pool->dir].state, __ATOMIC_ACQUIRE);
 }
 
 static tcp_worker_t *worker_of(const tcp_pool_t *pool, const tcp_sock_t *s) {
@@ -43,14 +45,16 @@ static tcp_worker_t *worker_of(const tcp_pool_t *pool, const tcp_sock_t *s) {
   return &pool->w[k % (size_t)pool->n];
 }
 
-/* pool->mu held: takes s off the list *head (tail *tail) if it is there. */
+/* pool->mu held: takes s off the list *head (tail *tail) if it is there.
+ * A list's head is stored atomically: a worker peeks at its own without
+ * the lock while it spins (wait_ready). */
 static void unlink_from(tcp_pool_t *pool, tcp_sock_t **head, tcp_sock_t **tail,
                         tcp_sock_t *s) {
   int d = pool->dir;
   tcp_sock_t **pp = head, *prev = NULL;
   for (; *pp; prev = *pp, pp = &(*pp)->hand[d].next)
     if (*pp == s) {
-      *pp = s->hand[d].next;
+      __atomic_store_n(pp, s->hand[d].next, __ATOMIC_RELAXED);
       if (*tail == s) *tail = prev;
       break;
     }
@@ -64,7 +68,7 @@ static void append_to(tcp_pool_t *pool, tcp_sock_t **head, tcp_sock_t **tail,
   if (*tail)
     (*tail)->hand[pool->dir].next = s;
   else
-    *head = s;
+    __atomic_store_n(head, s, __ATOMIC_RELAXED);
   *tail = s;
 }
 

@@ -46,6 +46,7 @@ typedef struct side {
   mep_tp_rmr_t *rmr;
   mep_tp_mr_t *smr, *dmr;
   uint8_t *src, *dst;
+  uint64_t completed; /* writes completed so far */
 } side_t;
 
 /* What C found, fd by fd. */
@@ -74,11 +75,13 @@ static int pump(side_t *s) {
   for (int i = 0; i < n; i++) {
     TT_CHECK(c[i].peer == 1 - s->rank, "a completion names rank %d",
              c[i].peer);
-    if (c[i].token == MEP_TP_TOKEN_NONE)
+    if (c[i].token == MEP_TP_TOKEN_NONE) {
       report = c[i].status;
-    else
-      TT_CHECK(c[i].status == 0, "write %" PRIu64 " completed with %d",
-               c[i].token, c[i].status);
+      continue;
+    }
+    TT_CHECK(c[i].status == 0, "write %" PRIu64 " completed with %d",
+             c[i].token, c[i].status);
+    s->completed++;
   }
   return report;
 }
@@ -86,11 +89,12 @@ static int pump(side_t *s) {
 static void pump_any(void *s) { pump(s); }
 
 /* Random writes of odd sizes (striped on 3 sockets from 512 KiB) with the
- * signal after them, both ways; each side checks what it received. */
+ * signal after them, both ways; each side checks what it received. The
+ * source is filled again only once the last round's writes completed. */
 static void traffic(side_t *s, int round) {
   static const uint64_t lens[] = {1, 4095, 70001, 600003};
   uint64_t seed = s->seed ^ (uint64_t)(s->rank + 1) << 32 ^ (uint64_t)round;
-  uint64_t off = DATA_OFF;
+  uint64_t off = DATA_OFF, want = s->completed + 4;
   tt_fill(s->src, seed, 0, SPAN);
   for (int i = 0; i < 4; i++) {
     TT_OK(s->h.vt->write(s->ep, s->smr, off, s->rmr, off, lens[i],
@@ -101,11 +105,13 @@ static void traffic(side_t *s, int round) {
                         MEP_SIGNAL_SET));
   double deadline = tt_now() + 20;
   while (__atomic_load_n((uint64_t *)(void *)s->dst, __ATOMIC_ACQUIRE) !=
-         (uint64_t)round + 1) {
+             (uint64_t)round + 1 ||
+         s->completed < want) {
     TT_CHECK(pump(s) == 1, "rank %d: a report of the peer during traffic",
              s->rank);
     TT_CHECK(tt_now() < deadline, "rank %d, round %d: the peer's signal "
-             "never came", s->rank, round);
+             "never came, or %" PRIu64 " of this side's 4 writes completed",
+             s->rank, round, 4 - (want - s->completed));
   }
   uint64_t in = s->seed ^ (uint64_t)(2 - s->rank) << 32 ^ (uint64_t)round;
   off = DATA_OFF;
