@@ -26,10 +26,10 @@
  * queued behind it meanwhile.
  * A socket's receive state and a peer's pending signals belong to the poll
  * thread alone, but for the rest of a payload it handed to a receiver
- * thread (receiver.c). File descriptors of a dead peer are shut down by whoever
- * finds it dead but closed only under poll_mu (by the poll thread, close()
- * or connect()) or by fini, so the poll thread never reads from a number
- * that was closed and reused meanwhile.
+ * thread (receiver.c). File descriptors of a dead peer are shut down by
+ * whoever finds it dead but closed only under poll_mu (by the poll thread,
+ * close() or connect()) or by fini, so the poll thread never reads from a
+ * number that was closed and reused meanwhile.
  *
  * Lifetime of a peer (ABI 1.1: ranks are dropped and replaced). A peer
  * object is made by connect(), or by an accepted hello that comes before
