@@ -2,7 +2,8 @@
 # Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
 # normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
 # then the tcp plugin's tests, whose sender and receiver threads share
-# sockets and queues with the poll thread, under ThreadSanitizer; then the pip path against an installed wheel (tests/packaging/run.sh;
+# sockets and queues with the poll thread, under ThreadSanitizer; then the
+# pip path against an installed wheel (tests/packaging/run.sh;
 # MEP_TEST_PACKAGING=0 leaves it out); then the verbs transport's RDMA tests
 # in one VM with Soft-RoCE (tests/verbs/run-vm.sh; one SKIP line where no VM
 # can run). Ends with one line "N passed, N failed, N skipped".

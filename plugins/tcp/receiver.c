@@ -86,12 +86,14 @@ int mep__tcp_rx_handoff(tcp_sock_t *s) {
 }
 
 tcp_sock_t *mep__tcp_rx_take_back(tcp_ctx_t *ctx) {
-  tcp_sock_t *s = mep__tcp_pool_next_done(&ctx->rx);
-  if (!s) return NULL;
-  tcp_peer_t *p = s->peer;
-  pthread_mutex_lock(&p->mu);
-  mep__tcp_pool_detach(&ctx->rx, s);
-  if (!p->dead) mep__tcp_sock_watch(s);
-  pthread_mutex_unlock(&p->mu);
-  return s;
+  for (tcp_sock_t *s; (s = mep__tcp_pool_next_done(&ctx->rx));) {
+    tcp_peer_t *p = s->peer;
+    pthread_mutex_lock(&p->mu);
+    mep__tcp_pool_detach(&ctx->rx, s);
+    int dead = p->dead;
+    if (!dead) mep__tcp_sock_watch(s);
+    pthread_mutex_unlock(&p->mu);
+    if (!dead) return s;
+  }
+  return NULL;
 }

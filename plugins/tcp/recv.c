@@ -372,11 +372,6 @@ void mep__tcp_on_rx_done(tcp_ctx_t *ctx) {
   (void)!read(ctx->rx.donefd, &v, sizeof v);
   tcp_sock_t *s;
   while ((s = mep__tcp_rx_take_back(ctx))) {
-    tcp_peer_t *p = s->peer;
-    pthread_mutex_lock(&p->mu);
-    int dead = p->dead;
-    pthread_mutex_unlock(&p->mu);
-    if (dead) continue;
     if (s->rx_res != TCP_RX_OK) {
       read_failed(s, s->rx_res);
       continue;

@@ -470,8 +470,9 @@ int mep__tcp_rx_start(tcp_ctx_t *ctx);
 /* Poll thread: hands the rest of s's payload to its receiver thread when
  * there is one and the rest is long; 1 if it did. */
 int mep__tcp_rx_handoff(tcp_sock_t *s);
-/* Poll thread: a socket whose payload a receiver thread finished (its
- * rx_res says how), taken back and watched again; NULL when none. */
+/* Poll thread: a socket of a live peer whose payload a receiver thread
+ * finished (its rx_res says how), taken back and watched again; those of
+ * dead peers are only taken back. NULL when none is left. */
 tcp_sock_t *mep__tcp_rx_take_back(tcp_ctx_t *ctx);
 
 /* fork.c */
