@@ -38,9 +38,13 @@ typedef struct chdr {
   int32_t root;
   uint32_t step, chunk;
   uint32_t sender, magic;
-  uint32_t landed; /* the payload went straight into the receiver's buffer
+  uint16_t landed; /* the payload went straight into the receiver's buffer
                       (landing, below), not behind this header */
+  uint16_t flags;  /* CHUNK_* */
 } chdr_t;
+#define CHUNK_CONFIRM 1 /* of a step that only confirms (plan.h: ndata) */
+#define CHUNK_ABORT 2   /* no data: its payload is the message of the
+                           sender's failure of the call (flood_abort) */
 _Static_assert(sizeof(chdr_t) <= HDR_BYTES, "chunk header too large");
 
 /* Landing. At the start of a copy step a receiver tells each sender of a
@@ -94,11 +98,12 @@ struct mep__coll {
   mep_region_t *rs, *rr, *rg;
   uint64_t *sent, *consumed;        /* chunk sequence numbers per peer */
   uint64_t seq;                     /* collectives started */
+  uint64_t failed;                  /* the last one that failed here */
   int agreement;                    /* [core] agreement = on */
   int cur_done;                     /* the running attempt holds all data */
   uint64_t *held;                   /* per sender: a credit held back */
   uint8_t *acc;
-  size_t two_shot;                  /* [core] two_shot_bytes */
+  mep__plan_opts_t opts;            /* [core] settings of the plans */
   uint8_t *aside;                   /* in-place inputs, copied at the start */
   size_t aside_cap;                 /* (collectives run one at a time) */
   mep__copier_t *copier;            /* copies them while they run */
@@ -131,15 +136,23 @@ int mep__coll_init(mep_comm_t *comm) {
   int rc = mep__config_int(comm->cfg, "core", "chunk_bytes", 1 << 20, 4096,
                            (int64_t)1 << 30, &chunk);
   if (rc) return rc;
-  int64_t two_shot;
+  int64_t two_shot, log_ranks, log_bytes;
   rc = mep__config_int(comm->cfg, "core", "two_shot_bytes", 262144, 0,
                        INT64_MAX, &two_shot);
+  if (rc == MEP_OK)
+    rc = mep__config_int(comm->cfg, "core", "log_ranks", 8, 0, INT32_MAX,
+                         &log_ranks);
+  if (rc == MEP_OK)
+    rc = mep__config_int(comm->cfg, "core", "log_bytes", 32768, 0,
+                         INT64_MAX, &log_bytes);
   if (rc) return rc;
   struct mep__coll *c = calloc(1, sizeof *c);
   if (!c) return mep__err(MEP_ERR_NOMEM, "out of memory");
   comm->coll = c;
   comm->coll_done_from = done_from;
-  c->two_shot = (size_t)two_shot;
+  c->opts.two_shot = (size_t)two_shot;
+  c->opts.log_ranks = (int)log_ranks;
+  c->opts.log_bytes = (size_t)log_bytes;
   size_t n = (size_t)comm->max_size;
   int agree = 0, copy = 0;
   rc = mep__config_choice(comm->cfg, "core", "agreement", &agree);
@@ -148,7 +161,7 @@ int mep__coll_init(mep_comm_t *comm) {
   if (rc) return rc;
   /* copy_thread: auto|off|on */
   c->copier_ok = copy == 2 || (copy == 0 && mep__cpus() >= 4) ? 1 : -1;
-  c->agreement = agree == 0;
+  c->agreement = c->opts.confirm = agree == 0;
   c->chunk = (size_t)chunk & ~(size_t)63;
   c->slot = HDR_BYTES + c->chunk;
   c->zc_min = c->chunk < ZC_MIN_BYTES ? c->chunk : ZC_MIN_BYTES;
@@ -230,6 +243,7 @@ void mep__coll_aside(const mep_comm_t *comm, const uint8_t **p, size_t *cap) {
 uint64_t mep__coll_ops(const mep_comm_t *comm) { return comm->coll->seq; }
 void mep__coll_set_ops(mep_comm_t *comm, uint64_t ops) {
   comm->coll->seq = ops;
+  if (comm->coll->failed > ops) comm->coll->failed = 0;
 }
 
 void mep__coll_fini(mep_comm_t *comm) {
@@ -301,9 +315,11 @@ typedef struct op {
   mep__coll_spec_t spec;
   mep__plan_t plan;
   uint8_t *act;      /* the attempt's active set */
-  int *last_step;    /* per sender: its last step and chunk to this rank */
+  int *last_step;    /* per sender: its last data step and chunk to this
+                        rank */
   size_t *last_chunk;
-  int nact, first, last; /* active ranks, lowest and highest */
+  int nact;          /* active ranks */
+  int first, last;   /* reduce step: the lowest and highest contributor */
   /* Reduce mode: the first contribution to the running chunk, kept until
    * the second comes so that both enter the accumulator in one pass (a
    * peer's stays unconsumed until then); NULL: none held. */
@@ -358,6 +374,7 @@ static int fail(mep_req_t *req, int code, const char *fmt, ...)
 static int fail(mep_req_t *req, int code, const char *fmt, ...) {
   op_t *o = req->impl;
   req->comm->coll->cur_done = 0;
+  req->comm->coll->failed = o->seq;
   release_held(req->comm);
   char what[96], msg[400];
   describe(what, sizeof what, (uint32_t)o->spec.kind, (uint32_t)o->spec.dtype,
@@ -480,6 +497,26 @@ static int put_landed(mep_comm_t *comm, int p, uint64_t seq, const land_t *l,
   return rc;
 }
 
+/* The header of chunk j of the running step, of a message of `total`
+ * bytes. */
+static chdr_t header_of(const mep_comm_t *comm, const op_t *o, size_t j,
+                       size_t total, uint16_t flags) {
+  return (chdr_t){.seq = o->seq, .digest = o->digest,
+                  .count = o->plan.count, .total = total,
+                  .epoch = (uint32_t)o->epoch, .kind = (uint16_t)o->plan.kind,
+                  .dtype = (uint8_t)o->plan.dtype, .op = (uint8_t)o->plan.op,
+                  .root = o->plan.root, .step = (uint32_t)o->step,
+                  .chunk = (uint32_t)j, .sender = (uint32_t)comm->rank,
+                  .magic = HDR_MAGIC, .flags = flags};
+}
+
+/* Whether p has a staging slot free for this rank's next chunk. */
+static int slot_free(mep_comm_t *comm, int p) {
+  const struct mep__coll *c = comm->coll;
+  return !peer_dead(comm, p) &&
+         load(&c->sig[comm->max_size + p]) + 2 >= c->sent[p] + 1;
+}
+
 /* Sends chunk j of the current step to p: 1 sent, 0 blocked, <0 error. */
 static int send_chunk(mep_req_t *req, int p, size_t j) {
   mep_comm_t *comm = req->comm;
@@ -487,19 +524,15 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
   uint64_t seq = c->sent[p] + 1;
-  if (peer_dead(comm, p) || load(&c->sig[comm->max_size + p]) + 2 < seq) {
+  if (!slot_free(comm, p)) {
     snprintf(o->waiting, sizeof o->waiting, "waiting for rank %d to free "
              "a staging slot (chunk %zu of step %d)", p, j, o->step);
     return 0;
   }
   size_t total = st->sbytes[p], len = chunk_len(c, total, j);
   uint8_t *slot = stage(c, c->send_stage, p, seq);
-  chdr_t h = {.seq = o->seq, .digest = o->digest, .count = o->plan.count,
-              .total = total, .epoch = (uint32_t)o->epoch,
-              .kind = (uint16_t)o->plan.kind, .dtype = (uint8_t)o->plan.dtype,
-              .op = (uint8_t)o->plan.op, .root = o->plan.root,
-              .step = (uint32_t)o->step, .chunk = (uint32_t)j,
-              .sender = (uint32_t)comm->rank, .magic = HDR_MAGIC};
+  chdr_t h = header_of(comm, o, j, total,
+                       o->step >= o->plan.ndata ? CHUNK_CONFIRM : 0);
   const uint8_t *src = len ? st->sptr[p] + j * c->chunk : NULL;
   size_t zoff = 0;
   const mep_region_t *z = zc_source(comm, o, p, src, len, &zoff);
@@ -520,10 +553,73 @@ static int send_chunk(mep_req_t *req, int p, size_t j) {
   return 1;
 }
 
-/* A chunk of an attempt abandoned when ranks were lost: nobody wants it. */
-static int stale(const op_t *o, const chdr_t *h) {
-  return h->magic == HDR_MAGIC && h->epoch < (uint32_t)o->epoch &&
-         h->seq <= o->seq;
+/* A chunk nobody wants: of an attempt abandoned when ranks were lost; of
+ * a collective that failed here; an abort of an earlier one; or a
+ * confirmation of an earlier collective that this rank finished on
+ * another rank's word (run: the survivors decided it had finished) before
+ * the confirmation came. */
+static int stale(const mep_comm_t *comm, const op_t *o, const chdr_t *h) {
+  if (h->magic != HDR_MAGIC || h->seq > o->seq) return 0;
+  if (h->epoch < (uint32_t)o->epoch) return 1;
+  return h->seq < o->seq &&
+         (h->seq <= comm->coll->failed || (h->flags & CHUNK_ABORT) ||
+          (h->flags & CHUNK_CONFIRM));
+}
+
+/* Sparse plans (plan.h): most ranks never hear from the one that called
+ * something else, so the rank that finds a disagreement tells every other
+ * rank, in a chunk of its own (CHUNK_ABORT) whose payload is its message;
+ * they fail the call with it instead of waiting out the deadline. To
+ * every peer with a free staging slot: one without is busy with this
+ * call and hears it from another rank, or meets its deadline. */
+static void flood_abort(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  if (!o->plan.sparse) return;
+  size_t len = strnlen(req->msg, sizeof req->msg - 1) + 1;
+  for (int p = 0; p < comm->size; p++) {
+    if (p == comm->rank || !o->act[p] || !slot_free(comm, p)) continue;
+    uint64_t seq = c->sent[p] + 1;
+    chdr_t h = header_of(comm, o, 0, len, CHUNK_ABORT);
+    memcpy(stage(c, c->send_stage, p, seq), &h, sizeof h);
+    int rc = put_chunk(comm, p, seq, (const uint8_t *)req->msg, len, NULL, 0);
+    if (rc == MEP_OK)
+      rc = mep_signal(comm, p, c->rg, (size_t)comm->rank * 8, seq,
+                      MEP_SIGNAL_SET);
+    if (rc == MEP_OK) c->sent[p] = seq;
+  }
+  mep__err_clear();
+}
+
+/* Fails the call with the message of s's abort chunk at `payload`. */
+static int aborted(mep_req_t *req, int s, const chdr_t *h,
+                   const uint8_t *payload) {
+  int n = h->total < 400 ? (int)h->total : 400;
+  fail(req, MEP_ERR_MISMATCH, "rank %d failed this call: %.*s", s, n,
+       (const char *)payload);
+  return MEP_ERR_MISMATCH;
+}
+
+/* While waiting: an abort of the running call that s sent behind chunks
+ * this rank has not come to yet (at most two are staged). */
+static int abort_waiting(mep_req_t *req) {
+  mep_comm_t *comm = req->comm;
+  struct mep__coll *c = comm->coll;
+  op_t *o = req->impl;
+  for (int s = 0; o->plan.sparse && s < comm->size; s++) {
+    if (s == comm->rank || !o->act[s]) continue;
+    for (uint64_t seq = c->consumed[s] + 1;
+         seq <= c->consumed[s] + 2 && load(&c->sig[s]) >= seq; seq++) {
+      const uint8_t *slot = stage(c, c->recv_stage, s, seq);
+      chdr_t h;
+      memcpy(&h, slot, sizeof h);
+      if (h.magic == HDR_MAGIC && (h.flags & CHUNK_ABORT) &&
+          h.seq == o->seq && h.epoch == (uint32_t)o->epoch)
+        return aborted(req, s, &h, slot + HDR_BYTES);
+    }
+  }
+  return MEP_OK;
 }
 
 /* The header of the next chunk from s, once it is there: 1 ready
@@ -544,7 +640,7 @@ static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
     }
     slot = stage(c, c->recv_stage, s, seq);
     memcpy(&h, slot, sizeof h);
-    if (!stale(o, &h)) break;
+    if (!stale(comm, o, &h)) break;
     int rc = release(comm, s);
     if (rc) return rc;
   }
@@ -555,6 +651,11 @@ static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
   }
   if (h.seq == o->seq && h.epoch > (uint32_t)o->epoch)
     return 0; /* it adopted a newer epoch; so will this rank */
+  if ((h.flags & CHUNK_ABORT) && h.seq == o->seq) {
+    int rc = aborted(req, s, &h, slot + HDR_BYTES); /* read before release */
+    release(comm, s);
+    return rc;
+  }
   if (h.seq != o->seq || h.digest != o->digest) {
     /* A chunk of an earlier collective was never expected here: take it
      * out of the way, so the next collective starts clean. */
@@ -566,6 +667,7 @@ static int chunk_from(mep_req_t *req, int s, size_t j, size_t expect,
     fail(req, MEP_ERR_MISMATCH, "rank %d sends %llu bytes in step %u but "
          "this rank expects %zu bytes from it in step %d", s,
          (unsigned long long)h.total, h.step, expect, o->step);
+    flood_abort(req);
     return MEP_ERR_MISMATCH;
   }
   *payload = slot + HDR_BYTES;
@@ -581,15 +683,18 @@ static int mismatch(mep_req_t *req, int s, const chdr_t *h) {
            (uint32_t)o->plan.op, o->plan.count, o->plan.root);
   describe(theirs, sizeof theirs, h->kind, h->dtype, h->op, h->count,
            h->root);
-  if (h->seq == o->seq)
+  if (h->seq == o->seq) {
     mep__req_set(req, MEP_ERR_MISMATCH, "rank %d called %s but rank %d "
                  "called %s", req->comm->rank, mine, s, theirs);
-  else
+    flood_abort(req);
+  } else {
     mep__req_set(req, MEP_ERR_MISMATCH, "rank %d, in collective #%llu %s, "
                  "holds data rank %d sent in its collective #%llu %s, which "
                  "rank %d did not expect", req->comm->rank,
                  (unsigned long long)o->seq, mine, s,
                  (unsigned long long)h->seq, theirs, req->comm->rank);
+  }
+  req->comm->coll->failed = o->seq;
   return MEP_ERR_MISMATCH;
 }
 
@@ -606,14 +711,19 @@ static int check_strays(mep_req_t *req) {
     for (;;) {
       uint64_t seq = c->consumed[s] + 1;
       if (load(&c->sig[s]) < seq) break;
+      const uint8_t *slot = stage(c, c->recv_stage, s, seq);
       chdr_t h;
-      memcpy(&h, stage(c, c->recv_stage, s, seq), sizeof h);
-      if (stale(o, &h)) {
-        release(comm, s);
+      memcpy(&h, slot, sizeof h);
+      int confirm = (h.flags & CHUNK_CONFIRM) && h.seq == o->seq;
+      if (stale(comm, o, &h) || confirm) {
+        release(comm, s); /* (a confirmation not waited for: stale) */
         continue;
       }
       if (h.magic != HDR_MAGIC || h.seq > o->seq) break; /* next one's */
+      int rc = h.flags & CHUNK_ABORT ? aborted(req, s, &h, slot + HDR_BYTES)
+                                     : MEP_OK;
       release(comm, s);
+      if (rc) return rc;
       return mismatch(req, s, &h);
     }
   }
@@ -684,7 +794,7 @@ static int recv_reduce(mep_req_t *req, int s, size_t j) {
   op_t *o = req->impl;
   const mep__step_t *st = &o->plan.steps[o->step];
   mep_dtype_t dt = o->plan.dtype;
-  mep_op_t op = o->plan.op;
+  mep_op_t op = st->partial && o->plan.op == MEP_AVG ? MEP_SUM : o->plan.op;
   size_t len = chunk_len(c, st->rlen, j), n = len / mep_dtype_size(dt);
   uint8_t *out = st->rout + j * c->chunk;
   const uint8_t *src = st->rself + j * c->chunk;
@@ -781,7 +891,15 @@ static void start_step(mep_req_t *req) {
         nchunks(c, st->rbytes[p]) > o->rmax)
       o->rmax = nchunks(c, st->rbytes[p]);
   }
-  if (reducing(st)) o->rmax = nchunks(c, st->rlen);
+  if (reducing(st)) {
+    o->rmax = nchunks(c, st->rlen);
+    o->first = o->last = me;
+    for (int p = 0; p < comm->size; p++) {
+      if (!st->recv_from[p] && p != me) continue;
+      if (p < o->first) o->first = p;
+      if (p > o->last) o->last = p;
+    }
+  }
   if (!reducing(st) && st->send_to[me] && st->recv_from[me] && st->sbytes[me])
     memmove(st->rptr[me], st->sptr[me], st->sbytes[me]);
   for (int p = 0; !reducing(st) && p < comm->size; p++)
@@ -817,7 +935,7 @@ static int pump_recvs(mep_req_t *req) {
   while (o->rj < o->rmax) {
     int s = o->rs, rc = 0, wanted;
     if (reducing(st))
-      wanted = o->act[s];
+      wanted = s == comm->rank || st->recv_from[s];
     else
       wanted = s != comm->rank && st->recv_from[s] &&
                o->rj < nchunks(comm->coll, st->rbytes[s]);
@@ -833,18 +951,18 @@ static int pump_recvs(mep_req_t *req) {
 }
 
 /* Per sender, the step and chunk of the last chunk it sends this rank in
- * the attempt (every active pair exchanges at least one). */
+ * the attempt's data steps. */
 static void last_chunks(mep_comm_t *comm, op_t *o) {
   struct mep__coll *c = comm->coll;
   for (int s = 0; s < comm->size; s++) o->last_step[s] = -1;
-  for (int k = 0; k < o->plan.nsteps; k++) {
+  for (int k = 0; k < o->plan.ndata; k++) {
     const mep__step_t *st = &o->plan.steps[k];
     for (int s = 0; s < comm->size; s++) {
-      if (s == comm->rank || !o->act[s]) continue;
+      if (s == comm->rank || !o->act[s] || !st->recv_from[s]) continue;
       if (reducing(st)) {
         o->last_step[s] = k;
         o->last_chunk[s] = nchunks(c, st->rlen) - 1;
-      } else if (st->recv_from[s]) {
+      } else {
         o->last_step[s] = k;
         o->last_chunk[s] = nchunks(c, st->rbytes[s]) - 1;
       }
@@ -863,17 +981,11 @@ static int attempt(mep_req_t *req) {
     return mep__err(MEP_ERR_UNSUPPORTED, "the group changed 2^24 times");
   memcpy(o->act, mep__ft_act(comm), (size_t)comm->max_size);
   o->nact = 0;
-  o->first = o->last = -1;
-  for (int p = 0; p < comm->size; p++) {
-    if (!o->act[p]) continue;
-    if (o->first < 0) o->first = p;
-    o->last = p;
-    o->nact++;
-  }
+  for (int p = 0; p < comm->size; p++) o->nact += o->act[p] != 0;
   release_held(comm);
   o->step = o->started = o->data_done = o->probed = 0;
   o->deadline = mep__now_ms() + (uint64_t)comm->timeout_ms;
-  int rc = mep__plan_build(comm, &o->spec, o->act, comm->coll->two_shot,
+  int rc = mep__plan_build(comm, &o->spec, o->act, &comm->coll->opts,
                            &o->plan);
   o->digest = digest_of(&o->plan);
   comm->coll->cur_done = 0;
@@ -915,6 +1027,30 @@ static int done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
   return c->cur_done && c->agreement &&
          load(&c->sig[comm->max_size + p]) >= c->sent[p];
+}
+
+/* This rank holds all its data. A plan that confirms it to every rank in
+ * steps of its own (plan.h) tells its partners now, through the credits
+ * held back, rather than at the end: a partner that leaves after it
+ * finished is then no failure (done_from). */
+static void mark_data_done(mep_req_t *req) {
+  op_t *o = req->impl;
+  if (o->data_done) return;
+  o->data_done = 1;
+  if (o->plan.ndata < o->plan.nsteps) {
+    release_held(req->comm);
+    req->comm->coll->cur_done = 1;
+  }
+}
+
+/* Whether this rank knows every rank holds its data, as far as [core]
+ * agreement asks: from the plan's confirming steps, all passed, or from
+ * the credits. */
+static int all_hold(mep_req_t *req) {
+  op_t *o = req->impl;
+  if (!req->comm->coll->agreement) return 1;
+  if (o->plan.ndata < o->plan.nsteps) return o->step == o->plan.nsteps;
+  return all_credited(req);
 }
 
 static int commit(mep_req_t *req) {
@@ -980,7 +1116,7 @@ static int aside_start(mep_req_t *req) {
   }
   int same = o->spec.kind == MEP__COLL_ALLREDUCE &&
              o->spec.send == o->spec.recv;
-  o->aside_late = same && n > c->two_shot;
+  o->aside_late = same && n > c->opts.two_shot;
   if (o->aside_late && !c->copier && c->copier_ok > 0 &&
       mep__copier_new(&c->copier) != MEP_OK) {
     mep__warn("in-place all-reduces copy their input before they start: "
@@ -1005,8 +1141,8 @@ static int aside_plan(mep_req_t *req) {
   const mep__step_t *st = &o->plan.steps[0];
   uintptr_t buf = (uintptr_t)o->spec.recv, out = (uintptr_t)st->rout;
   size_t n = o->spec.copy_bytes;
-  if (o->plan.nsteps == 2 && reducing(st) && out >= buf && st->rlen <= n &&
-      out - buf <= n - st->rlen) {
+  if (!strcmp(o->plan.algo, MEP__ALGO_TWO_SHOT) && reducing(st) &&
+      out >= buf && st->rlen <= n && out - buf <= n - st->rlen) {
     size_t lo = (size_t)(out - buf);
     mep__copier_start(c->copier, c->aside, o->spec.send, n, lo,
                       lo + st->rlen);
@@ -1178,12 +1314,12 @@ static int run(mep_req_t *req) {
     moved = 1;
   }
   if (mep__ft_agreeing(comm)) {
-    if (o->data_done && mep__ft_may_commit(comm) &&
-        (!comm->coll->agreement || all_credited(req)))
+    if (o->data_done && mep__ft_may_commit(comm) && all_hold(req))
       return commit(req);
     return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;
   }
-  while (!o->data_done && o->step < o->plan.nsteps) {
+  while (o->step < o->plan.nsteps) {
+    if (o->step >= o->plan.ndata) mark_data_done(req);
     if (!o->started) start_step(req);
     int s = pump_sends(req);
     int r = s < 0 ? 0 : pump_recvs(req);
@@ -1197,9 +1333,8 @@ static int run(mep_req_t *req) {
     o->step++;
     o->started = 0;
   }
-  if (o->step == o->plan.nsteps) o->data_done = 1;
-  if (o->data_done && (!comm->coll->agreement || all_credited(req)))
-    return commit(req);
+  if (o->step == o->plan.nsteps) mark_data_done(req);
+  if (o->step == o->plan.nsteps && all_hold(req)) return commit(req);
   uint64_t now = mep__now_ms();
   /* The deadline is on silence, not on the whole collective: a large one
    * that keeps moving over a slow network is not cut short. */
@@ -1207,6 +1342,7 @@ static int run(mep_req_t *req) {
     o->deadline = now + (uint64_t)comm->timeout_ms;
     o->probed = 0;
   }
+  if (!moved && abort_waiting(req) != MEP_OK) return MEP__ADV_DONE;
   if (now >= o->deadline && overdue(req, now) == MEP__ADV_DONE)
     return MEP__ADV_DONE;
   return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;

@@ -46,6 +46,14 @@ static const mep__config_key_t table[] = {
     {"core", "two_shot_bytes", "262144", MEP__CFG_INT, 0, TIB, NULL,
      "all-reduce and broadcast messages above this size use the two-shot "
      "algorithm, smaller ones the one-shot"},
+    {"core", "log_ranks", "8", MEP__CFG_INT, 0, INT32_MAX, NULL,
+     "barriers, and all-reduces up to log_bytes, on at least this many "
+     "ranks run in ceil(log2 ranks) rounds of one message each (recursive "
+     "doubling, dissemination) instead of one message to every peer; 0: "
+     "never"},
+    {"core", "log_bytes", "32768", MEP__CFG_INT, 0, TIB, NULL,
+     "all-reduces up to this size use the logarithmic plan of log_ranks "
+     "(not float16 or bfloat16)"},
     {"core", "copy_thread", "auto", MEP__CFG_CHOICE, 0, 0, "auto|off|on",
      "on: an in-place all-reduce above two_shot_bytes copies its input "
      "aside (kept for a retry after a lost rank) on a thread of its own "

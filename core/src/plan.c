@@ -9,17 +9,12 @@
 
 #include "error.h"
 
-typedef struct args {
-  int me, n;
-  size_t ds; /* dtype size */
-  const uint8_t *act; /* active ranks of the attempt */
-  int nact;
-  size_t two_shot; /* [core] two_shot_bytes */
-} args_t;
+typedef mep__plan_args_t args_t;
 
-static int plan_init(mep__plan_t *p, const args_t *a,
-                     const mep__coll_spec_t *s, const char *algo,
-                     int nsteps) {
+static int step_alloc(mep__step_t *st, int size);
+
+int mep__plan_init(mep__plan_t *p, const args_t *a,
+                   const mep__coll_spec_t *s, const char *algo, int nsteps) {
   memset(p, 0, sizeof *p);
   p->kind = s->kind;
   p->dtype = s->dtype;
@@ -27,9 +22,11 @@ static int plan_init(mep__plan_t *p, const args_t *a,
   p->count = s->kind == MEP__COLL_ALLTOALLV ? 0 : s->count;
   p->root = s->root;
   p->algo = algo;
-  p->nsteps = nsteps;
+  p->steps = calloc((size_t)nsteps, sizeof *p->steps);
+  if (!p->steps) return mep__err(MEP_ERR_NOMEM, "out of memory");
+  p->nsteps = p->ndata = nsteps;
   for (int i = 0; i < nsteps; i++) {
-    int rc = mep__step_alloc(&p->steps[i], a->n);
+    int rc = step_alloc(&p->steps[i], a->n);
     if (rc) {
       mep__plan_free(p);
       return rc;
@@ -98,6 +95,7 @@ static void reduce_step(mep__step_t *st, const args_t *a, const uint8_t *send,
   size_t b0 = root >= 0 ? 0 : block_start(count, a->me, a->n);
   size_t b1 = root >= 0 ? count : block_start(count, a->me + 1, a->n);
   st->reduce_here = 1;
+  for (int q = 0; q < a->n; q++) st->recv_from[q] = q != a->me;
   st->rself = send + b0 * a->ds;
   st->rout = recv + b0 * a->ds;
   st->rlen = (b1 - b0) * a->ds;
@@ -114,15 +112,17 @@ static int build_allreduce(const args_t *a, const mep__coll_spec_t *s,
   uint8_t *recv = s->recv;
   /* Also on 2 ranks: both move the same bytes, but two-shot reduces half
    * the data on each rank (measured faster from 1 MiB, docs/perf.md). */
-  int two = bytes > a->two_shot && a->n >= 2 &&
+  int two = bytes > a->opts->two_shot && a->n >= 2 &&
             count >= (size_t)a->n && whole(a);
-  int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
+  int rc = mep__plan_init(p, a, s,
+                          two ? MEP__ALGO_TWO_SHOT : MEP__ALGO_ONE_SHOT,
+                          two ? 2 : 1);
   if (rc) return rc;
   if (!two) {
     mep__step_t *st = &p->steps[0];
     st->reduce = st->reduce_here = 1;
     for (int q = 0; q < a->n; q++) {
-      st->send_to[q] = q != a->me;
+      st->send_to[q] = st->recv_from[q] = q != a->me;
       st->sptr[q] = send;
       st->sbytes[q] = bytes;
     }
@@ -148,7 +148,7 @@ static int build_allreduce(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
                         mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
   reduce_step(&p->steps[0], a, s->send, s->recv, s->count, s->root);
   complete_pairs(&p->steps[0], a);
@@ -157,7 +157,7 @@ static int build_reduce(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
                                 mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
   /* Block q of send is count elements at q * count: reduce it into q's
    * recv. */
@@ -166,7 +166,7 @@ static int build_reduce_scatter(const args_t *a, const mep__coll_spec_t *s,
   mep__step_t *st = &p->steps[0];
   st->reduce = st->reduce_here = 1;
   for (int q = 0; q < a->n; q++) {
-    st->send_to[q] = q != a->me;
+    st->send_to[q] = st->recv_from[q] = q != a->me;
     st->sptr[q] = send + (size_t)q * bytes;
     st->sbytes[q] = bytes;
   }
@@ -182,9 +182,11 @@ static int build_broadcast(const args_t *a, const mep__coll_spec_t *s,
                            mep__plan_t *p) {
   size_t count = s->count, bytes = count * a->ds;
   int root = s->root, n = a->n, me = a->me;
-  int two = bytes > a->two_shot && n > 2 &&
+  int two = bytes > a->opts->two_shot && n > 2 &&
             count >= (size_t)n && whole(a);
-  int rc = plan_init(p, a, s, two ? "two-shot" : "one-shot", two ? 2 : 1);
+  int rc = mep__plan_init(p, a, s,
+                          two ? MEP__ALGO_TWO_SHOT : MEP__ALGO_ONE_SHOT,
+                          two ? 2 : 1);
   if (rc) return rc;
   uint8_t *b = s->recv;
   mep__step_t *s0 = &p->steps[0], *s1 = &p->steps[1];
@@ -225,7 +227,7 @@ static int build_broadcast(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
                            mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc == MEP_OK)
     all_to_all_blocks(&p->steps[0], a, s->send, 0, s->recv,
                       s->count * a->ds);
@@ -234,7 +236,7 @@ static int build_allgather(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_alltoall(const args_t *a, const mep__coll_spec_t *s,
                           mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   size_t bytes = s->count * a->ds;
   if (rc == MEP_OK)
     all_to_all_blocks(&p->steps[0], a, s->send, bytes, s->recv, bytes);
@@ -245,7 +247,7 @@ static int build_alltoallv(const args_t *a, const mep__coll_spec_t *s,
                            mep__plan_t *p) {
   /* The digest cannot hold every count; per-pair lengths are checked by
    * the receiver instead. */
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
   size_t n = (size_t)a->n;
   const size_t *sc = s->v, *sd = s->v + n, *rcn = s->v + 2 * n,
@@ -263,7 +265,7 @@ static int build_alltoallv(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_gather(const args_t *a, const mep__coll_spec_t *s,
                         mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
   size_t bytes = s->count * a->ds;
   mep__step_t *st = &p->steps[0];
@@ -281,7 +283,7 @@ static int build_gather(const args_t *a, const mep__coll_spec_t *s,
 
 static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
                          mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   if (rc) return rc;
   size_t bytes = s->count * a->ds;
   mep__step_t *st = &p->steps[0];
@@ -304,7 +306,7 @@ static int build_scatter(const args_t *a, const mep__coll_spec_t *s,
  * lists disagree. */
 static int build_barrier(const args_t *a, const mep__coll_spec_t *s,
                          mep__plan_t *p) {
-  int rc = plan_init(p, a, s, "direct", 1);
+  int rc = mep__plan_init(p, a, s, "direct", 1);
   for (int q = 0; rc == MEP_OK && q < a->n; q++)
     p->steps[0].send_to[q] = p->steps[0].recv_from[q] = q != a->me;
   return rc;
@@ -338,10 +340,10 @@ static void restrict_to(mep__plan_t *p, const uint8_t *act, int n) {
 }
 
 int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
-                    const uint8_t *act, size_t two_shot, mep__plan_t *p) {
+                    const uint8_t *act, const mep__plan_opts_t *o,
+                    mep__plan_t *p) {
   args_t a = {.me = comm->rank, .n = comm->size,
-              .ds = mep_dtype_size(s->dtype), .act = act,
-              .two_shot = two_shot};
+              .ds = mep_dtype_size(s->dtype), .act = act, .opts = o};
   if (!a.ds)
     return mep__err(MEP_ERR_INVALID, "collective: unknown dtype %d",
                     (int)s->dtype);
@@ -349,14 +351,17 @@ int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
   if (s->root >= 0 && !act[s->root])
     return mep__err(MEP_ERR_PEER_FAILED, "its root, rank %d, left the "
                     "group", s->root);
-  int rc = builder(s->kind)(&a, s, p);
+  int rc = mep__plan_log(&a, s, p);
+  if (rc == 0) rc = builder(s->kind)(&a, s, p);
+  if (rc > 0) rc = MEP_OK;
   if (rc == MEP_OK) restrict_to(p, act, a.n);
   return rc;
 }
 
 /* ---------------------------------------------------------------- memory */
 
-int mep__step_alloc(mep__step_t *st, int size) {
+/* Allocates the per-rank arrays of a step (zeroed). */
+static int step_alloc(mep__step_t *st, int size) {
   size_t n = (size_t)size;
   memset(st, 0, sizeof *st);
   st->send_to = calloc(n, 1);
@@ -372,7 +377,7 @@ int mep__step_alloc(mep__step_t *st, int size) {
 }
 
 void mep__plan_free(mep__plan_t *plan) {
-  for (int i = 0; i < plan->nsteps; i++) {
+  for (int i = 0; plan->steps && i < plan->nsteps; i++) {
     mep__step_t *st = &plan->steps[i];
     free(st->send_to);
     free((void *)st->sptr);
@@ -381,6 +386,8 @@ void mep__plan_free(mep__plan_t *plan) {
     free(st->rptr);
     free(st->rbytes);
   }
+  free(plan->steps);
+  free(plan->scratch);
   memset(plan, 0, sizeof *plan);
 }
 

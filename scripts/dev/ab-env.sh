@@ -4,8 +4,9 @@
 # VARIANT is a comma-separated list of environment assignments (a mep
 # setting: MEP_TCP_SEND_THREAD=on,MEP_CORE_COLL_SLOTS=4; "-" for none).
 # mep-perf's operations (OPS; default sendrecv allreduce alltoall broadcast
-# allgather reduce_scatter) run on RANKS (default 2 4) ranks from 1 MiB to
-# 64 MiB, with PERF_ARGS (e.g. --in-place) if set, under each variant,
+# allgather reduce_scatter) run on RANKS (default 2 4) ranks over the sweep
+# SWEEP (default "-b 1M -e 64M -f 4 -w 2 -i 8": 1 MiB to 64 MiB), with
+# PERF_ARGS (e.g. --in-place) if set, under each variant,
 # interleaved REPS times; then, when
 # C10D is set to a variant, scripts/bench-c10d.py --quick (mep against
 # gloo) under it. Prints mep-perf's rows under a header naming the variant,
@@ -45,7 +46,8 @@ for ((i = 1; i <= reps; i++)); do
       for v in "$@"; do
         echo "== $v n=$n $op rep=$i"
         under "$v" timeout 120 "$b/tools/perf/mep-perf" -n "$n" -o "$op" \
-          -b 1M -e 64M -f 4 -w 2 -i 8 ${PERF_ARGS:-} | grep -E '^ +[0-9]'
+          ${SWEEP:--b 1M -e 64M -f 4 -w 2 -i 8} ${PERF_ARGS:-} |
+          grep -E '^ +[0-9]'
       done
     done
   done

@@ -9,6 +9,13 @@ import re
 import sys
 
 
+def human(size: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
 def main() -> int:
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -34,7 +41,7 @@ def main() -> int:
     for op, n, size in rows:
         best = [min(times.get((op, n, size, v), [float("nan")])) for v in variants]
         cells = [f"{t:.0f}" for t in best] + [f"{t / best[0]:.2f}" for t in best[1:]]
-        print(f"| {op} | {n} | {size >> 20} MiB | " + " | ".join(cells) + " |")
+        print(f"| {op} | {n} | {human(size)} | " + " | ".join(cells) + " |")
     return 0
 
 

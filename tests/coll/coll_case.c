@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "ref.h"
+#include "tree.h"
 
 static const char *const kind_names[K_KINDS] = {
     "broadcast",      "reduce",   "allreduce", "allgather", "reduce_scatter",
@@ -193,6 +194,9 @@ static void check_reduced(const coll_ctx_t *ctx, const coll_case_t *c,
                           const uint8_t *got, size_t first, size_t count) {
   size_t sz = ref_size(c->dt), bad = 0, first_bad = 0;
   char why[256] = "", tmp[256];
+  /* the logarithmic plan combines in another order */
+  ref_set_tree(c->kind == K_ALLREDUCE &&
+               tree_applies(c->count * ref_size(c->dt), ctx->n));
   for (size_t i = 0; i < count; i++) {
     if (ref_check_reduced(c->dt, c->op, ctx->n, c->seed, first + i,
                           got + i * sz, tmp, sizeof tmp) == 0)

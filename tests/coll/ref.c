@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "tree.h"
 
 size_t ref_size(mep_dtype_t dt) {
   switch (dt) {
@@ -184,10 +185,17 @@ static void reduce_half(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
   memcpy(want, &h, 2);
 }
 
-/* float32/float64 in rank order in the dtype; with the long double result
- * and the bound on the difference any order of summation meets: n-1
- * roundings of the running result plus the final one (and the average's
- * division). */
+static int tree_order;
+void ref_set_tree(int on) { tree_order = on; }
+
+static mep_op_t tree_op;
+static float tree_cf(float a, float x) { return combine_f(tree_op, a, x); }
+static double tree_cd(double a, double x) { return combine_d(tree_op, a, x); }
+
+/* float32/float64 in rank order in the dtype (or the tree's, with
+ * ref_set_tree); with the long double result and the bound on the
+ * difference any order of summation meets: n-1 roundings of the running
+ * result plus the final one (and the average's division). */
 static void reduce_float(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
                          size_t idx, void *want, long double *exact,
                          long double *tol) {
@@ -195,6 +203,8 @@ static void reduce_float(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
   float sf = 0;
   double sd = 0;
   long double ld = 0, mag = 0;
+  float vf[REF_MAX_RANKS];
+  double vd[REF_MAX_RANKS];
   for (int r = 0; r < n; r++) {
     float xf = 0;
     double xd = 0;
@@ -204,6 +214,15 @@ static void reduce_float(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
     sd = r == 0 ? xd : combine_d(op, sd, xd);
     ld = r == 0 ? xd : combine_ld(op, ld, xd);
     mag += fabsl((long double)xd);
+    vf[r] = xf;
+    vd[r] = xd;
+  }
+  if (tree_order) {
+    tree_op = op;
+    TREE_REDUCE(vf, n, tree_cf);
+    TREE_REDUCE(vd, n, tree_cd);
+    sf = vf[0];
+    sd = vd[0];
   }
   if (op == MEP_AVG) sf /= (float)n, sd /= n, ld /= n, mag /= n;
   long double u = wide ? DBL_EPSILON / 2 : FLT_EPSILON / 2;

@@ -42,6 +42,12 @@ int ref_check_reduced(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
 
 /* The bits element `idx` of the reduction must have: the rank-order
  * result described above. */
+/* With on != 0, float32 and float64 results are checked against the
+ * order of the logarithmic plan (recursive doubling: a fold, then a tree
+ * of adjacent blocks) instead of rank order; other dtypes do not depend
+ * on the order. For up to REF_MAX_RANKS ranks. */
+#define REF_MAX_RANKS 256
+void ref_set_tree(int on);
 void ref_reduced(mep_dtype_t dt, mep_op_t op, int n, uint64_t seed,
                  size_t idx, void *want);
 

@@ -99,9 +99,36 @@ static void reductions(void) {
   CHECK(wraps > 100, "int8 inputs: %d sums of 1000 wrap", wraps);
 }
 
+/* The tree order, against its shape written out by hand for 3 to 6
+ * ranks: float32 sums whose order shows in the bits. */
+static void tree_order(void) {
+  char why[256];
+  int differs = 0;
+  for (size_t idx = 0; idx < 200; idx++) {
+    float x[6], want[4];
+    for (int r = 0; r < 6; r++) ref_elem(MEP_FLOAT32, 9, r, idx, &x[r]);
+    want[0] = (x[0] + x[1]) + x[2];
+    want[1] = (x[0] + x[1]) + (x[2] + x[3]);
+    want[2] = ((x[0] + x[1]) + x[2]) + (x[3] + x[4]);
+    want[3] = ((x[0] + x[1]) + (x[2] + x[3])) + (x[4] + x[5]);
+    for (int n = 3; n <= 6; n++) {
+      ref_set_tree(1);
+      CHECK(ref_check_reduced(MEP_FLOAT32, MEP_SUM, n, 9, idx, &want[n - 3],
+                              why, sizeof why) == 0,
+            "tree of %d ranks, element %zu: %s", n, idx, why);
+      ref_set_tree(0);
+      differs += ref_check_reduced(MEP_FLOAT32, MEP_SUM, n, 9, idx,
+                                   &want[n - 3], why, sizeof why) != 0;
+    }
+  }
+  CHECK(differs > 10, "only %d of 800 tree sums differ from the chain's",
+        differs);
+}
+
 int main(void) {
   conversions();
   reductions();
+  tree_order();
   printf("ok: the reference checks itself\n");
   return 0;
 }

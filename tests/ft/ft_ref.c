@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ft_util.h"
+#include "tree.h"
 
 /* Odd counts (1, 7, 1001), an empty all-reduce, and two of a few MiB that
  * with 4 KiB chunks take hundreds of chunks. */
@@ -151,23 +152,35 @@ void ft_bufs_free(ft_bufs_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* Element idx of the reduction over the alive ranks, in rank order. */
+static mep_op_t f32_op;
+static float f32_combine(float acc, float x) {
+  if (f32_op == MEP_MIN) return x < acc ? x : acc;
+  if (f32_op == MEP_MAX) return x > acc ? x : acc;
+  return acc + x;
+}
+
+/* Element idx of the reduction over the alive ranks, in rank order (or
+ * the logarithmic plan's). */
 static void reduce_elem(const ft_step_t *s, const uint64_t *bases,
                         const uint8_t *alive, int size, size_t idx,
                         uint8_t *dst) {
   int first = 1, n = 0;
   if (s->dt == MEP_FLOAT32) {
-    float acc = 0;
+    float acc = 0, *v = ft_xcalloc((size_t)size, sizeof *v);
+    f32_op = s->op;
     for (int r = 0; r < size; r++) {
       if (!alive[r]) continue;
       float x = bits_f32(elem_bits(bases[r], idx));
-      n++;
-      if (first) acc = x;
-      else if (s->op == MEP_MIN) acc = x < acc ? x : acc;
-      else if (s->op == MEP_MAX) acc = x > acc ? x : acc;
-      else acc = acc + x;
+      v[n++] = x;
+      acc = first ? x : f32_combine(acc, x);
       first = 0;
     }
+    if (s->coll == FT_ALLREDUCE &&
+        tree_applies(s->count * esize(s->dt), n)) {
+      TREE_REDUCE(v, n, f32_combine);
+      acc = v[0];
+    }
+    free(v);
     if (s->op == MEP_AVG) acc = acc / (float)n;
     memcpy(dst, &acc, 4);
     return;

@@ -422,7 +422,11 @@ typedef enum {
 /* Reductions. float16/bfloat16 accumulate in float32. On bool, sum and max
  * are "or", prod and min are "and"; avg is sum / size (integers: truncated
  * toward zero; bool: refused). Contributions are combined in rank order on
- * every rank, so every rank gets bit-identical results. */
+ * every rank, so every rank gets bit-identical results; the all-reduces
+ * that take the logarithmic plan ([core] log_ranks and log_bytes: small
+ * ones on many ranks; never float16 or bfloat16) combine them in a fixed
+ * binary tree over rank order instead, equally bit-identical on every
+ * rank, with the float rounding of that order. */
 typedef enum {
   MEP_SUM = 0,
   MEP_PROD = 1,

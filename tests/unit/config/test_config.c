@@ -189,6 +189,8 @@ static void test_defaults(void) {
       {"core", "buffer_bytes", "16777216"},
       {"core", "chunk_bytes", "1048576"},
       {"core", "two_shot_bytes", "262144"},
+      {"core", "log_ranks", "8"},
+      {"core", "log_bytes", "32768"},
       {"core", "copy_thread", "auto"},
       {"core", "probe_ms", "1000"},
       {"core", "agreement", "on"},
@@ -201,7 +203,7 @@ static void test_defaults(void) {
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK_STR(mep_config_default(want[i][0], want[i][1]), want[i][2]);
-  CHECK(mep__config_key_count() == 15, "table has %zu keys, want 15",
+  CHECK(mep__config_key_count() == 17, "table has %zu keys, want 17",
         mep__config_key_count());
   /* plugins declare their own keys: the core's table has none of them */
   CHECK(mep_config_default("tcp", "ifname") == NULL, "a plugin's key");
