@@ -24,7 +24,6 @@
  * agreement promises (the credits that tell the other plans so reach only
  * a rank's partners here). A barrier is that dissemination alone. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "error.h"
 #include "plan.h"
