@@ -101,6 +101,9 @@ struct mep__coll {
   uint64_t failed;                  /* the last one that failed here */
   int agreement;                    /* [core] agreement = on */
   int cur_done;                     /* the running attempt holds all data */
+  struct op *running;               /* the collective in run() (NULL once
+                                       it ended; stale after engine_close,
+                                       when nothing reads it) */
   uint64_t *held;                   /* per sender: a credit held back */
   uint8_t *acc;
   mep__plan_opts_t opts;            /* [core] settings of the plans */
@@ -329,6 +332,9 @@ typedef struct op {
   int sk, rs;      /* ... and peer */
   size_t smax, rmax; /* chunks of the longest message of the step */
   uint64_t seq, epoch, digest, deadline, probe_end;
+  /* Agreement off: the epoch at which this rank went on with the attempt
+   * that other survivors had finished (run). */
+  uint64_t kept;
   int data_done, probed;
   mep_region_t *zreg[2]; /* the send and receive buffers, registered for
                             zero-copy sends and landing (NULL: staged;
@@ -1021,12 +1027,67 @@ static int all_credited(mep_req_t *req) {
   return 1;
 }
 
-/* Whether p told this rank it holds all data of the running collective
- * (comm->coll_done_from, for ft.c). */
+/* Chunks of the running step already sent to p (n in all): the send
+ * cursor passes the peers in turn (pump_sends), chunk by chunk. */
+static size_t sent_to(const mep_comm_t *comm, const op_t *o, int p,
+                      size_t n) {
+  int k = (p - comm->rank + comm->size) % comm->size;
+  size_t done = o->sj + (k < o->sk);
+  return done < n ? done : n;
+}
+
+/* Chunks of the running step already taken from s (n in all): the
+ * receive cursor passes the ranks in order (pump_recvs). A reduction's
+ * first contribution, held (o->pend), is still in its staging slot. */
+static size_t taken_from(const op_t *o, const mep__step_t *st, int s,
+                         size_t n) {
+  size_t done = o->rj + (s < o->rs);
+  if (reducing(st) && o->pend && s == o->first && done) done--;
+  return done < n ? done : n;
+}
+
+/* Whether the running attempt still needs p: a chunk this rank has yet to
+ * send it, or one from it that is neither taken nor in its staging slots.
+ * A rank that closed in order sent everything before it went (the
+ * transports say goodbye only behind their last byte), so a rank it owes
+ * nothing to may leave without harm to the attempt. */
+static int owes(const mep_comm_t *comm, const op_t *o, int p) {
+  const struct mep__coll *c = comm->coll;
+  if (!o->act[p]) return 0;
+  uint64_t want = 0;
+  for (int k = o->step; k < o->plan.nsteps; k++) {
+    const mep__step_t *st = &o->plan.steps[k];
+    int cur = k == o->step && o->started;
+    if (st->send_to[p]) {
+      size_t n = nchunks(c, st->sbytes[p]);
+      if ((cur ? sent_to(comm, o, p, n) : 0) < n) return 1;
+    }
+    if (st->recv_from[p]) {
+      size_t n = nchunks(c, reducing(st) ? st->rlen : st->rbytes[p]);
+      want += n - (cur ? taken_from(o, st, p, n) : 0);
+    }
+  }
+  return want > load(&c->sig[p]) - c->consumed[p];
+}
+
+/* Whether p may leave (closing in order) without failing the running
+ * collective (comm->coll_done_from, for ft.c). With agreement on: p told
+ * this rank it holds all data, and this rank holds its own. Off: the
+ * running attempt needs nothing more of p. */
 static int done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
-  return c->cur_done && c->agreement &&
-         load(&c->sig[comm->max_size + p]) >= c->sent[p];
+  if (c->agreement)
+    return c->cur_done && load(&c->sig[comm->max_size + p]) >= c->sent[p];
+  return c->running && !owes(comm, c->running, p);
+}
+
+/* Agreement off: whether the attempt can still finish over the ranks
+ * active now, those dropped owing it nothing. */
+static int attempt_alive(const mep_comm_t *comm, const op_t *o) {
+  const uint8_t *act = mep__ft_act(comm);
+  for (int p = 0; p < comm->size; p++)
+    if (p != comm->rank && !act[p] && owes(comm, o, p)) return 0;
+  return 1;
 }
 
 /* This rank holds all its data. A plan that confirms it to every rank in
@@ -1296,22 +1357,32 @@ static int run(mep_req_t *req) {
     if (rc == MEP_OK) rc = aside_plan(req);
     if (rc == MEP_OK) zc_setup(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
+    comm->coll->running = o;
   }
   if (mep__ft_excluded(comm))
     return fail(req, MEP_ERR_EXCLUDED, "the other ranks dropped this rank "
                 "from the group (it was unreachable or too slow)");
-  if (o->epoch != mep__ft_epoch(comm)) {
+  uint64_t epoch = mep__ft_epoch(comm);
+  if (o->epoch != epoch && o->kept != epoch) {
     if (mep__ft_decided(comm) >= o->seq) {
-      /* another survivor finished it: so had every rank its data */
+      /* another survivor finished it: with agreement on, every rank had
+       * its data then; off, this rank finishes the same attempt, unless
+       * it waits for a rank that is gone */
       if (o->data_done) return commit(req);
-      return fail(req, MEP_ERR_PEER_FAILED, "ranks were lost after some "
-                  "survivors finished it and this rank lacks their data "
-                  "([core] agreement is off)");
+      if (comm->coll->agreement || !attempt_alive(comm, o))
+        return fail(req, MEP_ERR_PEER_FAILED, "ranks were lost after some "
+                    "survivors finished it and this rank lacks their data "
+                    "([core] agreement is off)");
+      mep__debug("%s #%llu: finishing the attempt of epoch %llu, which "
+                 "others finished", kind_names[o->spec.kind],
+                 (unsigned long long)o->seq, (unsigned long long)o->epoch);
+      o->kept = epoch;
+    } else {
+      aside_switch(req);
+      int rc = attempt(req);
+      if (rc) return fail(req, rc, "%s", mep_last_error());
+      moved = 1;
     }
-    aside_switch(req);
-    int rc = attempt(req);
-    if (rc) return fail(req, rc, "%s", mep_last_error());
-    moved = 1;
   }
   if (mep__ft_agreeing(comm)) {
     if (o->data_done && mep__ft_may_commit(comm) && all_hold(req))
@@ -1359,6 +1430,7 @@ static int advance(mep_req_t *req) {
   if (!o->finishing) {
     int rc = run(req);
     if (rc != MEP__ADV_DONE) return rc;
+    if (comm->coll->running == o) comm->coll->running = NULL;
     aside_wait(req); /* it reads the caller's buffer */
     /* peers that had a landing message may still put into the caller's
      * buffer: not once the call returned (landing, top) */

@@ -446,8 +446,9 @@ int mep__ft_progress(mep_comm_t *comm) {
     if (p == comm->rank || !ft->act[p]) continue;
     int failed = atomic_load(&comm->peers[p].failed);
     /* A rank that finished the running collective and left is dropped
-     * at the next one, not in the middle of this one. */
-    if (failed == MEP_ERR_CLOSED && comm->coll_done_from &&
+     * at the next one, not in the middle of this one; but when the others
+     * agree on the group meanwhile, it is no voter to wait for. */
+    if (failed == MEP_ERR_CLOSED && !ft->agreeing && comm->coll_done_from &&
         comm->coll_done_from(comm, p))
       failed = 0;
     if (failed && !ft->suspect[p])
