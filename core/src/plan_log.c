@@ -49,18 +49,24 @@ static void dissemination(mep__plan_t *p, int k0, const int *rk, int P,
   }
 }
 
-/* Step st: this rank reduces its `self` and the message from q into out,
- * after sending `self` to q. */
-static void exchange(mep__step_t *st, int q, const uint8_t *self,
-                     uint8_t *out, size_t bytes, int partial) {
+/* Step st: this rank reduces its `self` and the message from q into out. */
+static void reduce_from(mep__step_t *st, int q, const uint8_t *self,
+                        uint8_t *out, size_t bytes, int partial) {
   st->reduce = st->reduce_here = 1;
   st->partial = partial;
-  st->send_to[q] = st->recv_from[q] = 1;
-  st->sptr[q] = self;
-  st->sbytes[q] = bytes;
+  st->recv_from[q] = 1;
   st->rself = self;
   st->rout = out;
   st->rlen = bytes;
+}
+
+/* The same, after sending `self` to q. */
+static void exchange(mep__step_t *st, int q, const uint8_t *self,
+                     uint8_t *out, size_t bytes, int partial) {
+  reduce_from(st, q, self, out, bytes, partial);
+  st->send_to[q] = 1;
+  st->sptr[q] = self;
+  st->sbytes[q] = bytes;
 }
 
 static int build_rd(const mep__plan_args_t *a, const mep__coll_spec_t *s,
@@ -97,8 +103,7 @@ static int build_rd(const mep__plan_args_t *a, const mep__coll_spec_t *s,
       st->sbytes[rk[i + 1]] = bytes;
     } else {
       uint8_t *to = L ? p->scratch : out;
-      exchange(st, rk[i - 1], cur, to, bytes, L > 0);
-      st->send_to[rk[i - 1]] = 0; /* it only receives */
+      reduce_from(st, rk[i - 1], cur, to, bytes, L > 0);
       cur = to;
       made++;
     }
