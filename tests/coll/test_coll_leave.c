@@ -10,6 +10,9 @@
  *    on it while ranks 0 and 3 still exchange, so those two learn that
  *    others finished the collective;
  *  - with 3 ranks, ranks 0 and 2 alone are left running it.
+ * (That is with agreement off. With it on, no rank returns before every
+ * rank holds its data, so they leave together: those runs check that
+ * nothing changed there.)
  * Every rank must get MEP_OK and exactly the bytes sent to it. The
  * survivors' next all-reduce then drops rank 1: MEP_OK_DEGRADED, [1]
  * dropped, the sum of the survivors' inputs.
