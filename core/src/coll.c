@@ -329,7 +329,7 @@ typedef struct op {
   const uint8_t *pend;
   int step, started;
   size_t sj, rj;   /* send and receive cursors: chunk index ... */
-  int sk, rs;      /* ... and peer */
+  int sk, rs;      /* ... and index in the step's sends or recvs */
   size_t smax, rmax; /* chunks of the longest message of the step */
   uint64_t seq, epoch, digest, deadline, probe_end;
   /* Agreement off: the epoch at which this rank went on with the attempt
@@ -347,6 +347,7 @@ typedef struct op {
                        aside is made or under way: put back from there if
                        the call fails */
   uint64_t fin_deadline;
+  uint64_t abort_seen;   /* when abort_waiting last looked (ms) */
   char waiting[160];
 } op_t;
 
@@ -886,32 +887,28 @@ static void start_step(mep_req_t *req) {
   /* a late in-place copy ends before a later step writes the buffer */
   if (o->step > 0) aside_wait(req);
   o->sj = o->rj = 0;
-  o->sk = 1;
-  o->rs = 0;
+  o->sk = o->rs = 0;
   o->pend = NULL;
   o->smax = o->rmax = 0;
-  for (int p = 0; p < comm->size; p++) {
-    if (p != me && st->send_to[p] && nchunks(c, st->sbytes[p]) > o->smax)
-      o->smax = nchunks(c, st->sbytes[p]);
-    if (!reducing(st) && p != me && st->recv_from[p] &&
-        nchunks(c, st->rbytes[p]) > o->rmax)
-      o->rmax = nchunks(c, st->rbytes[p]);
-  }
-  if (reducing(st)) {
+  for (int i = 0; i < st->nsends; i++)
+    if (nchunks(c, st->sbytes[st->sends[i]]) > o->smax)
+      o->smax = nchunks(c, st->sbytes[st->sends[i]]);
+  if (reducing(st)) { /* recvs holds this rank too, in rank order */
     o->rmax = nchunks(c, st->rlen);
-    o->first = o->last = me;
-    for (int p = 0; p < comm->size; p++) {
-      if (!st->recv_from[p] && p != me) continue;
-      if (p < o->first) o->first = p;
-      if (p > o->last) o->last = p;
-    }
+    o->first = st->recvs[0];
+    o->last = st->recvs[st->nrecvs - 1];
+    o->started = 1;
+    return;
   }
-  if (!reducing(st) && st->send_to[me] && st->recv_from[me] && st->sbytes[me])
+  for (int i = 0; i < st->nrecvs; i++)
+    if (nchunks(c, st->rbytes[st->recvs[i]]) > o->rmax)
+      o->rmax = nchunks(c, st->rbytes[st->recvs[i]]);
+  if (st->send_to[me] && st->recv_from[me] && st->sbytes[me])
     memmove(st->rptr[me], st->sptr[me], st->sbytes[me]);
-  for (int p = 0; !reducing(st) && p < comm->size; p++)
-    if (p != me && st->recv_from[p] && o->act[p] &&
-        st->rbytes[p] >= c->zc_min)
-      send_landing(req, p);
+  for (int i = 0; i < st->nrecvs; i++) {
+    int p = st->recvs[i];
+    if (o->act[p] && st->rbytes[p] >= c->zc_min) send_landing(req, p);
+  }
   o->started = 1;
 }
 
@@ -922,13 +919,13 @@ static int pump_sends(mep_req_t *req) {
   const mep__step_t *st = &o->plan.steps[o->step];
   int moved = 0;
   while (o->sj < o->smax) {
-    int p = (comm->rank + o->sk) % comm->size;
-    if (st->send_to[p] && o->sj < nchunks(comm->coll, st->sbytes[p])) {
+    int p = st->sends[o->sk];
+    if (o->sj < nchunks(comm->coll, st->sbytes[p])) {
       int rc = send_chunk(req, p, o->sj);
       if (rc <= 0) return rc < 0 ? rc : moved;
       moved = 1;
     }
-    if (++o->sk == comm->size) o->sk = 1, o->sj++;
+    if (++o->sk == st->nsends) o->sk = 0, o->sj++;
   }
   return moved;
 }
@@ -939,19 +936,14 @@ static int pump_recvs(mep_req_t *req) {
   const mep__step_t *st = &o->plan.steps[o->step];
   int moved = 0;
   while (o->rj < o->rmax) {
-    int s = o->rs, rc = 0, wanted;
-    if (reducing(st))
-      wanted = s == comm->rank || st->recv_from[s];
-    else
-      wanted = s != comm->rank && st->recv_from[s] &&
-               o->rj < nchunks(comm->coll, st->rbytes[s]);
-    if (wanted) {
+    int s = st->recvs[o->rs], rc;
+    if (reducing(st) || o->rj < nchunks(comm->coll, st->rbytes[s])) {
       rc = reducing(st) ? recv_reduce(req, s, o->rj)
                         : recv_copy(req, s, o->rj);
       if (rc <= 0) return rc < 0 ? rc : moved;
       moved = 1;
     }
-    if (++o->rs == comm->size) o->rs = 0, o->rj++;
+    if (++o->rs == st->nrecvs) o->rs = 0, o->rj++;
   }
   return moved;
 }
@@ -963,15 +955,12 @@ static void last_chunks(mep_comm_t *comm, op_t *o) {
   for (int s = 0; s < comm->size; s++) o->last_step[s] = -1;
   for (int k = 0; k < o->plan.ndata; k++) {
     const mep__step_t *st = &o->plan.steps[k];
-    for (int s = 0; s < comm->size; s++) {
-      if (s == comm->rank || !o->act[s] || !st->recv_from[s]) continue;
-      if (reducing(st)) {
-        o->last_step[s] = k;
-        o->last_chunk[s] = nchunks(c, st->rlen) - 1;
-      } else {
-        o->last_step[s] = k;
-        o->last_chunk[s] = nchunks(c, st->rbytes[s]) - 1;
-      }
+    for (int i = 0; i < st->nrecvs; i++) {
+      int s = st->recvs[i];
+      if (s == comm->rank || !o->act[s]) continue;
+      o->last_step[s] = k;
+      o->last_chunk[s] =
+          nchunks(c, reducing(st) ? st->rlen : st->rbytes[s]) - 1;
     }
   }
 }
@@ -1027,21 +1016,27 @@ static int all_credited(mep_req_t *req) {
   return 1;
 }
 
+static int index_of(const int *list, int len, int p) {
+  int i = 0;
+  while (i < len && list[i] != p) i++;
+  return i;
+}
+
 /* Chunks of the running step already sent to p (n in all): the send
- * cursor passes the peers in turn (pump_sends), chunk by chunk. */
-static size_t sent_to(const mep_comm_t *comm, const op_t *o, int p,
+ * cursor passes the step's sends in turn (pump_sends), chunk by chunk. */
+static size_t sent_to(const op_t *o, const mep__step_t *st, int p,
                       size_t n) {
-  int k = (p - comm->rank + comm->size) % comm->size;
-  size_t done = o->sj + (k < o->sk);
+  size_t done = o->sj + (index_of(st->sends, st->nsends, p) < o->sk);
   return done < n ? done : n;
 }
 
 /* Chunks of the running step already taken from s (n in all): the
- * receive cursor passes the ranks in order (pump_recvs). A reduction's
- * first contribution, held (o->pend), is still in its staging slot. */
+ * receive cursor passes the step's recvs in turn (pump_recvs). A
+ * reduction's first contribution, held (o->pend), is still in its staging
+ * slot. */
 static size_t taken_from(const op_t *o, const mep__step_t *st, int s,
                          size_t n) {
-  size_t done = o->rj + (s < o->rs);
+  size_t done = o->rj + (index_of(st->recvs, st->nrecvs, s) < o->rs);
   if (reducing(st) && o->pend && s == o->first && done) done--;
   return done < n ? done : n;
 }
@@ -1060,7 +1055,7 @@ static int owes(const mep_comm_t *comm, const op_t *o, int p) {
     int cur = k == o->step && o->started;
     if (st->send_to[p]) {
       size_t n = nchunks(c, st->sbytes[p]);
-      if ((cur ? sent_to(comm, o, p, n) : 0) < n) return 1;
+      if ((cur ? sent_to(o, st, p, n) : 0) < n) return 1;
     }
     if (st->recv_from[p]) {
       size_t n = nchunks(c, reducing(st) ? st->rlen : st->rbytes[p]);
@@ -1413,7 +1408,11 @@ static int run(mep_req_t *req) {
     o->deadline = now + (uint64_t)comm->timeout_ms;
     o->probed = 0;
   }
-  if (!moved && abort_waiting(req) != MEP_OK) return MEP__ADV_DONE;
+  /* An abort is an error path and its scan is of every rank: once a ms. */
+  if (!moved && now != o->abort_seen) {
+    o->abort_seen = now;
+    if (abort_waiting(req) != MEP_OK) return MEP__ADV_DONE;
+  }
   if (now >= o->deadline && overdue(req, now) == MEP__ADV_DONE)
     return MEP__ADV_DONE;
   return moved ? MEP__ADV_MOVED : MEP__ADV_WAIT;

@@ -11,7 +11,7 @@
 
 typedef mep__plan_args_t args_t;
 
-static int step_alloc(mep__step_t *st, int size);
+static int steps_alloc(mep__plan_t *p, int nsteps, int size);
 
 int mep__plan_init(mep__plan_t *p, const args_t *a,
                    const mep__coll_spec_t *s, const char *algo, int nsteps) {
@@ -22,17 +22,7 @@ int mep__plan_init(mep__plan_t *p, const args_t *a,
   p->count = s->kind == MEP__COLL_ALLTOALLV ? 0 : s->count;
   p->root = s->root;
   p->algo = algo;
-  p->steps = calloc((size_t)nsteps, sizeof *p->steps);
-  if (!p->steps) return mep__err(MEP_ERR_NOMEM, "out of memory");
-  p->nsteps = p->ndata = nsteps;
-  for (int i = 0; i < nsteps; i++) {
-    int rc = step_alloc(&p->steps[i], a->n);
-    if (rc) {
-      mep__plan_free(p);
-      return rc;
-    }
-  }
-  return MEP_OK;
+  return steps_alloc(p, nsteps, a->n);
 }
 
 /* First element of block b when `count` is split into n blocks (without
@@ -332,6 +322,38 @@ static build_fn builder(int kind) {
   }
 }
 
+/* Appends to out[k..] the ranks q in [from, to) with f[q] set; returns the
+ * new length. Eight flags at a time where they are all clear: a step of a
+ * logarithmic plan has one or two partners among thousands of ranks. */
+static int append_set(const uint8_t *f, int from, int to, int *out, int k) {
+  int q = from;
+  while (q < to) {
+    uint64_t w;
+    if ((q & 7) == 0 && to - q >= 8) {
+      memcpy(&w, f + q, 8);
+      if (!w) {
+        q += 8;
+        continue;
+      }
+    }
+    if (f[q]) out[k++] = q;
+    q++;
+  }
+  return k;
+}
+
+/* The steps' lists of partners (mep__step_t: sends, recvs). */
+static void list_partners(mep__plan_t *p, int me, int n) {
+  for (int i = 0; i < p->nsteps; i++) {
+    mep__step_t *st = &p->steps[i];
+    int k = append_set(st->send_to, me + 1, n, st->sends, 0);
+    st->nsends = append_set(st->send_to, 0, me, st->sends, k);
+    k = append_set(st->recv_from, 0, me, st->recvs, 0);
+    if (st->reduce && st->reduce_here) st->recvs[k++] = me;
+    st->nrecvs = append_set(st->recv_from, me + 1, n, st->recvs, k);
+  }
+}
+
 /* Pairs with ranks outside the active set exchange nothing. */
 static void restrict_to(mep__plan_t *p, const uint8_t *act, int n) {
   for (int i = 0; i < p->nsteps; i++)
@@ -354,39 +376,50 @@ int mep__plan_build(mep_comm_t *comm, const mep__coll_spec_t *s,
   int rc = mep__plan_log(&a, s, p);
   if (rc == 0) rc = builder(s->kind)(&a, s, p);
   if (rc > 0) rc = MEP_OK;
-  if (rc == MEP_OK) restrict_to(p, act, a.n);
+  if (rc == MEP_OK && a.nact < a.n) restrict_to(p, act, a.n);
+  if (rc == MEP_OK) list_partners(p, a.me, a.n);
   return rc;
 }
 
 /* ---------------------------------------------------------------- memory */
 
-/* Allocates the per-rank arrays of a step (zeroed). */
-static int step_alloc(mep__step_t *st, int size) {
+/* Every step's per-rank arrays and partner lists in one zeroed block
+ * (p->arena): a plan is built for every call, and at a thousand ranks six
+ * allocations a step cost a logarithmic plan more than its messages
+ * (docs/scaling.md, "Building and walking the plan"). */
+static int steps_alloc(mep__plan_t *p, int nsteps, int size) {
   size_t n = (size_t)size;
-  memset(st, 0, sizeof *st);
-  st->send_to = calloc(n, 1);
-  st->sptr = calloc(n, sizeof *st->sptr);
-  st->sbytes = calloc(n, sizeof *st->sbytes);
-  st->recv_from = calloc(n, 1);
-  st->rptr = calloc(n, sizeof *st->rptr);
-  st->rbytes = calloc(n, sizeof *st->rbytes);
-  if (st->send_to && st->sptr && st->sbytes && st->recv_from && st->rptr &&
-      st->rbytes)
-    return MEP_OK;
-  return mep__err(MEP_ERR_NOMEM, "out of memory");
+  size_t words = 2 * n * sizeof(void *) + 2 * n * sizeof(size_t);
+  size_t ints = 2 * n * sizeof(int);
+  size_t per = words + ints + ((2 * n + 7) & ~(size_t)7);
+  size_t k = nsteps > 0 ? (size_t)nsteps : 1; /* calloc(0) may be NULL */
+  p->steps = calloc(k, sizeof *p->steps);
+  p->arena = calloc(k, per);
+  if (!p->steps || !p->arena) {
+    mep__plan_free(p);
+    return mep__err(MEP_ERR_NOMEM, "out of memory for a plan of %d steps "
+                    "over %d ranks", nsteps, size);
+  }
+  p->nsteps = p->ndata = nsteps;
+  for (int i = 0; i < nsteps; i++) {
+    mep__step_t *st = &p->steps[i];
+    uint8_t *b = p->arena + (size_t)i * per;
+    st->sptr = (const uint8_t **)(void *)b;
+    st->rptr = (uint8_t **)(void *)(b + n * sizeof(void *));
+    st->sbytes = (size_t *)(void *)(b + 2 * n * sizeof(void *));
+    st->rbytes = (size_t *)(void *)(b + 2 * n * sizeof(void *) +
+                                    n * sizeof(size_t));
+    st->sends = (int *)(void *)(b + words);
+    st->recvs = (int *)(void *)(b + words + n * sizeof(int));
+    st->send_to = b + words + ints;
+    st->recv_from = b + words + ints + n;
+  }
+  return MEP_OK;
 }
 
 void mep__plan_free(mep__plan_t *plan) {
-  for (int i = 0; plan->steps && i < plan->nsteps; i++) {
-    mep__step_t *st = &plan->steps[i];
-    free(st->send_to);
-    free((void *)st->sptr);
-    free(st->sbytes);
-    free(st->recv_from);
-    free(st->rptr);
-    free(st->rbytes);
-  }
   free(plan->steps);
+  free(plan->arena);
   free(plan->scratch);
   memset(plan, 0, sizeof *plan);
 }

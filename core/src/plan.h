@@ -46,6 +46,13 @@ typedef struct mep__step {
   const uint8_t *rself;
   uint8_t *rout;
   size_t rlen;
+  /* The ranks of send_to and recv_from as lists, made once the plan is
+   * built, so that the engine walks a step's partners rather than every
+   * rank: sends in the order the engine sends, from the rank after this
+   * one around; receives in rank order, with this rank among them where
+   * it reduces (its own contribution enters in rank order too). */
+  int *sends, nsends;
+  int *recvs, nrecvs;
 } mep__step_t;
 
 /* A collective: its identity (for the digest and messages) and steps. */
@@ -65,6 +72,7 @@ typedef struct mep__plan {
    * told to the others (coll.c, flood_abort). */
   int sparse;
   mep__step_t *steps;
+  uint8_t *arena;         /* the steps' per-rank arrays, owned */
   uint8_t *scratch;       /* partial results between steps, owned */
 } mep__plan_t;
 
