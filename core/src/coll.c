@@ -101,9 +101,6 @@ struct mep__coll {
   uint64_t failed;                  /* the last one that failed here */
   int agreement;                    /* [core] agreement = on */
   int cur_done;                     /* the running attempt holds all data */
-  struct op *running;               /* the collective in run() (NULL once
-                                       it ended; stale after engine_close,
-                                       when nothing reads it) */
   uint64_t *held;                   /* per sender: a credit held back */
   uint8_t *acc;
   mep__plan_opts_t opts;            /* [core] settings of the plans */
@@ -1065,6 +1062,14 @@ static int owes(const mep_comm_t *comm, const op_t *o, int p) {
   return want > load(&c->sig[p]) - c->consumed[p];
 }
 
+/* The collective run() works on: the head of the engine's FIFO of
+ * collectives (req.c; engine_lock held), once started and until it ended;
+ * or NULL. */
+static const op_t *running(const mep_comm_t *comm) {
+  const op_t *o = comm->coll_head ? comm->coll_head->impl : NULL;
+  return o && o->seq && !o->finishing ? o : NULL;
+}
+
 /* Whether p may leave (closing in order) without failing the running
  * collective (comm->coll_done_from, for ft.c). With agreement on: p told
  * this rank it holds all data, and this rank holds its own. Off: the
@@ -1073,7 +1078,8 @@ static int done_from(const mep_comm_t *comm, int p) {
   const struct mep__coll *c = comm->coll;
   if (c->agreement)
     return c->cur_done && load(&c->sig[comm->max_size + p]) >= c->sent[p];
-  return c->running && !owes(comm, c->running, p);
+  const op_t *o = running(comm);
+  return o && !owes(comm, o, p);
 }
 
 /* Agreement off: whether the attempt can still finish over the ranks
@@ -1352,7 +1358,6 @@ static int run(mep_req_t *req) {
     if (rc == MEP_OK) rc = aside_plan(req);
     if (rc == MEP_OK) zc_setup(req);
     if (rc) return fail(req, rc, "%s", mep_last_error());
-    comm->coll->running = o;
   }
   if (mep__ft_excluded(comm))
     return fail(req, MEP_ERR_EXCLUDED, "the other ranks dropped this rank "
@@ -1429,7 +1434,6 @@ static int advance(mep_req_t *req) {
   if (!o->finishing) {
     int rc = run(req);
     if (rc != MEP__ADV_DONE) return rc;
-    if (comm->coll->running == o) comm->coll->running = NULL;
     aside_wait(req); /* it reads the caller's buffer */
     /* peers that had a landing message may still put into the caller's
      * buffer: not once the call returned (landing, top) */
