@@ -16,6 +16,9 @@
  * piece must go as one put (rings of 8 slots or more). Receivers
  * mep_wait the signals and compare every byte of their receive areas
  * (pieces and the gaps between them) with what the senders' seeds give.
+ * A sender overwrites a piece's stage bytes as soon as the proxy hands its
+ * slots back (as a kernel reuses them), so slots handed back before the
+ * transport read the bytes show as wrong bytes at the receiver.
  * MODE:
  *   clean  nothing goes wrong: the proxy reports no error;
  *   bad    malformed commands (out of bounds, misaligned, bad peer or op)
@@ -105,7 +108,21 @@ typedef struct rank_ctx {
   _Atomic int full;   /* the producer found the ring full */
   int bad_sent;
   int error;          /* the producer's failure */
+  /* the pieces sent, in ring order: stage bytes and the slot after their
+   * last; [0, scribbled) were overwritten once their slots were done */
+  size_t *st_off, *st_len;
+  uint64_t *st_end;
+  int nst, scribbled;
 } rank_ctx_t;
+
+/* Overwrites the stage bytes of every piece whose slots are all done. */
+static void scribble(rank_ctx_t *x) {
+  uint64_t done = __atomic_load_n(&x->done, __ATOMIC_ACQUIRE);
+  for (; x->scribbled < x->nst && x->st_end[x->scribbled] <= done;
+       x->scribbled++)
+    memset(x->base + x->st_off[x->scribbled], 0xee,
+           x->st_len[x->scribbled]);
+}
 
 /* As mep__dev_enqueue in win.cuh: reserve, wait for room, fields, fence,
  * seq. */
@@ -164,6 +181,10 @@ static int send_piece(rank_ctx_t *x, int d, int k) {
     if (part[i][1] || (i == 0 && len[k] == 0))
       rc = enqueue(x, MEP_DEV_CMD_PUT, d, so + part[i][0], ro + part[i][0],
                    part[i][1]);
+  x->st_off[x->nst] = so;
+  x->st_len[x->nst] = len[k];
+  x->st_end[x->nst++] = __atomic_load_n(&x->tail, __ATOMIC_RELAXED);
+  scribble(x);
   return rc;
 }
 
@@ -225,7 +246,12 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   rank_ctx_t x = {.c = c, .comm = comm};
   x.base = aligned_alloc(64, (bytes + 63) / 64 * 64);
   x.ring = aligned_alloc(64, c->ring_len * sizeof *x.ring);
-  CHECK(x.base && x.ring, "out of memory");
+  size_t np = (size_t)PIECES * (size_t)c->n;
+  x.st_off = calloc(np, sizeof *x.st_off);
+  x.st_len = calloc(np, sizeof *x.st_len);
+  x.st_end = calloc(np, sizeof *x.st_end);
+  CHECK(x.base && x.ring && x.st_off && x.st_len && x.st_end,
+        "out of memory");
   memset(x.base, 0, bytes);
   memset(x.ring, 0, c->ring_len * sizeof *x.ring);
   mep_region_t *r = NULL;
@@ -330,6 +356,9 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
         "rank %d: barrier: %d (%s)", me, brc, mep_last_error());
   CHECK_OK(mep__proxy_stop(px, x.tail));
   CHECK_OK(mep_region_deregister(r));
+  free(x.st_off);
+  free(x.st_len);
+  free(x.st_end);
   free(x.ring);
   free(x.base);
   printf("rank %d: ok (%llu commands)\n", me, (unsigned long long)x.tail);
