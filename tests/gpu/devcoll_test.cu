@@ -417,7 +417,7 @@ static void test_allreduce(Sim &s) {
           continue;
         }
         ref_reduce(dt, op, ptr, count, want.data());
-        for (int algo = 1; algo <= 2; ++algo) {
+        for (int algo = 1; algo <= 3; ++algo) {
           for (int r = 0; r < s.n; ++r)
             CK(cudaMemset(s.dout[r], PATTERN, bytes + roff + GUARD));
           CK(cudaDeviceSynchronize());
@@ -1047,7 +1047,7 @@ static void test_multi_gpu(int ndev) {
       for (int op : {MEP_SUM, MEP_AVG, MEP_MIN}) {
         std::vector<uint8_t> want(bytes);
         ref_reduce(dt, op, ptr, count, want.data());
-        for (int algo = 1; algo <= 2; ++algo) {
+        for (int algo = 1; algo <= 3; ++algo) {
           sync_all();
           for (int r = 0; r < n; ++r) {
             CK(cudaSetDevice(r));
@@ -1159,6 +1159,7 @@ int main(int argc, char **argv) {
     for (int algo = 0; algo <= 2; ++algo) test_broadcast(s, algo);
     test_no_show(s, 1);
     test_no_show(s, 2);
+    test_no_show(s, 3);
     test_broadcast_lost(s, false);
     test_broadcast_lost(s, true);
     test_inactive(s);

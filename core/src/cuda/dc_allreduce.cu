@@ -8,7 +8,12 @@
  * byte read about twice: for large sizes). Shares are dealt among the
  * ranks that passed the first barrier; a share whose owner vanished
  * before the second barrier is reduced by every rank itself, in the same
- * rank order, so the results stay identical. */
+ * rank order, so the results stay identical. Push (two ranks, large):
+ * each rank writes its input into the other's result area, one barrier,
+ * then each reduces both locally. The bytes cross NVLink once, as writes
+ * (which NVLink carries faster than reads), and nothing is staged; with
+ * two ranks every rank holds every input, so a rank that vanishes leaves
+ * nothing to recover. */
 #include "dc_host.h"
 
 /* Both kernels go through count elements in rounds of at most `per`
@@ -76,16 +81,50 @@ __global__ void __launch_bounds__(DC_THREADS, 1)
   dc_end(c, sb);
 }
 
+/* send must be 16-byte aligned: it is a source of dc_reduce_range. */
+template <class T, int OP>
+__global__ void __launch_bounds__(DC_THREADS, 1)
+    dc_k_push(DcCtx c, const char *send, char *recv, size_t count,
+              size_t per) {
+  __shared__ DcBlock sb;
+  if (!dc_begin(c, sb)) return;
+  constexpr size_t S = sizeof(typename T::St);
+  const size_t n0 = min(count, per);
+  const int peer = 1 - c.rank;
+  unsigned int live = sb.start_mask;
+  for (size_t off = 0, k = 0; off < count; off += per, ++k) {
+    dc_round(sb, k);
+    const char *in = send + off * S;
+    char *theirs = dc_buf(c, sb, c.rank) + c.chunk; /* the peer's input */
+    size_t lo, hi;
+    dc_range(n0, min(per, count - off), 16 / S, &lo, &hi);
+    if ((live >> peer) & 1u)
+      dc_copy(dc_buf(c, sb, peer) + c.chunk + lo * S, in + lo * S,
+              (hi - lo) * S);
+    live = dc_barrier(c, sb, 0, live);
+    if (threadIdx.x == 0) {
+      int j = 0;
+      for (int r = 0; r < 2; ++r)
+        if ((live >> r) & 1u) sb.src[j++] = r == c.rank ? in : theirs;
+    }
+    __syncthreads();
+    dc_reduce_range<T, OP>(sb, __popc(live), recv + off * S, nullptr, lo, hi);
+  }
+  dc_end(c, sb);
+}
+
 /* One launch for the whole message: its rounds run back to back in every
  * block, without a grid-wide stop between them. */
 template <class T, int OP> struct DcAllreduce {
   static int run(const mep__dc_group_t *g, const DcCtx *c, const char *send,
-                 char *recv, size_t count, int two, cudaStream_t st) {
+                 char *recv, size_t count, int kind, cudaStream_t st) {
     constexpr size_t S = sizeof(typename T::St);
     size_t per = c->chunk / S;
     size_t n0 = count < per ? count : per;
     int nb = dc_blocks(g, n0 * S);
-    if (two)
+    if (kind == 3)
+      dc_k_push<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send, recv, count, per);
+    else if (kind == 2)
       dc_k_twoshot<T, OP><<<nb, DC_THREADS, 0, st>>>(*c, send, recv, count,
                                                     per);
     else
@@ -101,10 +140,10 @@ extern "C" int mep__dc_allreduce(const mep__dc_group_t *g, const void *send,
   const char *what = "allreduce";
   int rc = dc_check_reduction(what, dt, op, 0);
   if (rc) return rc;
-  if (algo < 0 || algo > 2)
+  if (algo < 0 || algo > 3)
     return dc_fail(MEP_ERR_INVALID,
                    "devcoll: allreduce: unknown algorithm %d (0 auto, 1 "
-                   "one-shot, 2 two-shot)",
+                   "one-shot, 2 two-shot, 3 push)",
                    algo);
   DcCtx c;
   rc = dc_prepare(g, what, &c);
@@ -118,8 +157,10 @@ extern "C" int mep__dc_allreduce(const mep__dc_group_t *g, const void *send,
                    "devcoll: allreduce on rank %d: %zu elements with send %p "
                    "and recv %p",
                    g->rank, count, send, recv);
-  int two = algo == 2 || (algo == 0 && bytes > MEP__DC_ONESHOT_MAX);
+  int kind = algo ? algo : bytes > MEP__DC_ONESHOT_MAX ? 3 : 1;
+  /* push where it applies (two ranks, an input it can reduce from) */
+  if (kind == 3 && (g->nranks != 2 || ((uintptr_t)send & 15))) kind = 2;
   return dc_dispatch<DcAllreduce>(dt, op, g, (const DcCtx *)&c,
                                   (const char *)send, (char *)recv, count,
-                                  two, (cudaStream_t)stream);
+                                  kind, (cudaStream_t)stream);
 }

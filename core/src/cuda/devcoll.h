@@ -69,7 +69,9 @@ size_t mep__dc_chunk_max(const mep__dc_group_t *g);
  * its first collective (and again only when no launch on it is pending). */
 int mep__dc_init_ws(void *ws, size_t ws_bytes, void *stream);
 
-/* algo: 0 auto, 1 one-shot, 2 two-shot. send may equal recv. */
+/* algo: 0 auto, 1 one-shot, 2 two-shot, 3 push (two ranks with a 16-byte
+ * aligned send; two-shot elsewhere; auto picks it over two-shot there).
+ * send may equal recv. */
 int mep__dc_allreduce(const mep__dc_group_t *g, const void *send, void *recv,
                       size_t count, mep_dtype_t dt, mep_op_t op, int algo,
                       void *stream);
