@@ -9,10 +9,8 @@ set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/../.."
 b=${AB_BUILD:-/tmp/ab-allreduce}
-if ! pkg-config --exists inih 2>/dev/null; then
-  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
-  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. scripts/dev/lib.sh
+carried_inih
 [ -f "$b/build.ninja" ] || meson setup "$b" -Dtests=false -Dc10d=disabled -Dcuda=disabled \
   -Dverbs=disabled -Dibgda=disabled -Dbuildtype=release >/dev/null || exit 1
 ninja -C "$b" >/dev/null || exit 1

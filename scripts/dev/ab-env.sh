@@ -19,10 +19,8 @@ cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 REPS VARIANT..." >&2; exit 2; }
 reps=$1
 shift
-if ! pkg-config --exists inih 2>/dev/null; then
-  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
-  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. scripts/dev/lib.sh
+carried_inih
 b=build-dev-c10d
 c10d=enabled
 [ -z "${C10D:-}" ] && c10d=disabled

@@ -16,21 +16,10 @@ case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-;
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: $0 BEFORE_DIR [REPS]" >&2; exit 2; }
 before=$(cd "$1" && pwd) reps=${2:-2}
-if ! pkg-config --exists inih 2>/dev/null; then
-  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
-  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. scripts/dev/lib.sh
 c10d=enabled
 [ "${C10D_ARGS:-}" = - ] && c10d=disabled
-opts=(-Dtests=false -Dc10d=$c10d -Dcuda=disabled -Dverbs=disabled
-      -Dibgda=disabled -Dbuildtype=release)
-for v in before after; do
-  src=$PWD
-  [ $v = before ] && src=$before
-  rm -rf "/tmp/ab-$v"
-  (cd "$src" && meson setup "/tmp/ab-$v" "${opts[@]}" >/dev/null &&
-     ninja -C "/tmp/ab-$v" >/dev/null) || { echo "build $v failed" >&2; exit 1; }
-done
+two_trees "$before" ab -Dc10d=$c10d || exit 1
 export MEP_TCP_IFNAME=lo MEP_TRANSPORTS=tcp MEP_LOG=error
 echo "# $(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 for ((i = 1; i <= reps; i++)); do

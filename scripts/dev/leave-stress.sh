@@ -14,19 +14,8 @@ case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-;
 cd "$(dirname "$0")/../.."
 [ $# -ge 1 ] || { echo "usage: $0 BEFORE_DIR [RUNS]" >&2; exit 2; }
 before=$(cd "$1" && pwd) runs=${2:-10}
-if ! pkg-config --exists inih 2>/dev/null; then
-  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
-  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
-opts=(-Dtests=false -Dc10d=disabled -Dcuda=disabled -Dverbs=disabled
-      -Dibgda=disabled -Dbuildtype=release)
-for v in before after; do
-  src=$PWD
-  [ $v = before ] && src=$before
-  rm -rf "/tmp/leave-$v"
-  (cd "$src" && meson setup "/tmp/leave-$v" "${opts[@]}" >/dev/null &&
-     ninja -C "/tmp/leave-$v" >/dev/null) || { echo "build $v failed" >&2; exit 1; }
-done
+. scripts/dev/lib.sh
+two_trees "$before" leave -Dc10d=disabled || exit 1
 export MEP_TCP_IFNAME=lo MEP_TRANSPORTS=tcp MEP_LOG=error MEP_CORE_AGREEMENT=off
 echo "# $(nproc) CPUs:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 declare -A failed

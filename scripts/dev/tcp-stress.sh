@@ -16,10 +16,8 @@ thread) opt=thread ;;
 address) opt=address,undefined ;;
 *) echo "SANITIZER is thread or address, not '$san'" >&2; exit 2 ;;
 esac
-if ! pkg-config --exists inih 2>/dev/null; then
-  export PKG_CONFIG_PATH=$PWD/.carry/inih/lib/pkgconfig
-  export LD_LIBRARY_PATH=$PWD/.carry/inih/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-fi
+. scripts/dev/lib.sh
+carried_inih
 b=build-stress-$san
 { [ -d $b ] || meson setup $b -Db_sanitize=$opt -Db_lundef=false \
     -Dbuildtype=debug -Dcuda=disabled -Dc10d=disabled -Dverbs=disabled \
