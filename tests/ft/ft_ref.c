@@ -160,14 +160,16 @@ static float f32_combine(float acc, float x) {
 }
 
 /* Element idx of the reduction over the alive ranks, in rank order (or
- * the logarithmic plan's). */
+ * the logarithmic plan's, with `tree`). `v` is scratch for `size` floats.
+ * Called once per element of a few-MiB step: what does not depend on idx
+ * is decided by the caller, because under emulation (the verbs tests'
+ * VM) this loop's cost is the skew between ranks that a step measures. */
 static void reduce_elem(const ft_step_t *s, const uint64_t *bases,
-                        const uint8_t *alive, int size, size_t idx,
-                        uint8_t *dst) {
+                        const uint8_t *alive, int size, int tree,
+                        float *v, size_t idx, uint8_t *dst) {
   int first = 1, n = 0;
   if (s->dt == MEP_FLOAT32) {
-    float acc = 0, *v = ft_xcalloc((size_t)size, sizeof *v);
-    f32_op = s->op;
+    float acc = 0;
     for (int r = 0; r < size; r++) {
       if (!alive[r]) continue;
       float x = bits_f32(elem_bits(bases[r], idx));
@@ -175,12 +177,10 @@ static void reduce_elem(const ft_step_t *s, const uint64_t *bases,
       acc = first ? x : f32_combine(acc, x);
       first = 0;
     }
-    if (s->coll == FT_ALLREDUCE &&
-        tree_applies(s->count * esize(s->dt), n)) {
+    if (tree) {
       TREE_REDUCE(v, n, f32_combine);
       acc = v[0];
     }
-    free(v);
     if (s->op == MEP_AVG) acc = acc / (float)n;
     memcpy(dst, &acc, 4);
     return;
@@ -223,8 +223,14 @@ static uint8_t *expected(const ft_step_t *s, uint64_t seed, uint64_t gid,
   uint64_t *bases = ft_xcalloc((size_t)size, sizeof *bases);
   for (int r = 0; r < size; r++) bases[r] = stream_base(seed, gid, r);
   if (s->coll == FT_ALLREDUCE) {
+    int n = 0;
+    for (int r = 0; r < size; r++) n += alive[r] != 0;
+    int tree = n > 0 && tree_applies(s->count * es, n);
+    float *v = ft_xcalloc((size_t)size, sizeof *v);
+    f32_op = s->op;
     for (size_t i = 0; i < s->count; i++)
-      reduce_elem(s, bases, alive, size, i, want + i * es);
+      reduce_elem(s, bases, alive, size, tree, v, i, want + i * es);
+    free(v);
   } else {
     for (int q = 0; q < size; q++) {
       if (!alive[q]) continue;
