@@ -396,6 +396,14 @@ static void decide(mep_comm_t *comm) {
     if (r != comm->rank && ft->ps[r].msg.committed > decided)
       decided = ft->ps[r].msg.committed;
   }
+  /* A rank that closed in order returned what it committed to its caller:
+   * the survivors finish that collective as it did (coll.c), rather than
+   * run it again without it and end it otherwise. */
+  for (int r = 0; r < comm->size; r++)
+    if (ft->act[r] && !set[r] && ft->ps[r].have &&
+        atomic_load(&comm->peers[r].failed) == MEP_ERR_CLOSED &&
+        ft->ps[r].msg.committed > decided)
+      decided = ft->ps[r].msg.committed;
   mep__ft_claim_start(comm, ft->epoch + 1, set, decided);
   free(set);
 }
@@ -451,10 +459,14 @@ int mep__ft_progress(mep_comm_t *comm) {
     if (failed == MEP_ERR_CLOSED && !ft->agreeing && comm->coll_done_from &&
         comm->coll_done_from(comm, p))
       failed = 0;
-    if (failed && !ft->suspect[p])
+    if (failed && !ft->suspect[p]) {
+      /* its last snapshot, sent before it went, may have landed since */
+      work += receive(comm, p);
+      if (!ft->act[p] || ft->excluded) continue; /* it announced a drop */
       suspect(comm, p, failed == MEP_ERR_CLOSED,
               failed == MEP_ERR_CLOSED ? "it closed its communicator"
                                        : "its transport reported it failed");
+    }
     if (!ft->suspect[p] && now < ft->probe_until) watch(comm, p, now);
     any |= ft->suspect[p];
   }

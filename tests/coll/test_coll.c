@@ -9,6 +9,7 @@
  *             force one algorithm with MEP_CORE_TWO_SHOT_BYTES
  *   big       allreduce, allgather, alltoall and broadcast of >= 64 MiB
  *   barrier   nobody leaves a barrier before everyone entered it
+ *   leave     ranks that finished a barrier leave at once: no failure
  * KEY=VALUE arguments are set in the environment of the ranks
  * (e.g. MEP_CORE_CHUNK_BYTES=65536); seed=N replays a run. */
 #include <stdio.h>
@@ -159,12 +160,30 @@ static void mode_barrier(coll_ctx_t *ctx) {
   }
 }
 
+/* Ranks that finished a barrier destroy their communicator at once, while
+ * the rank furthest down the chain from the late one may still be in it,
+ * and the first to see a close start an agreement: the closes are no
+ * failure of that barrier, which must end MEP_OK on every rank. A fresh
+ * communicator per round, each with another late rank. */
+static void mode_leave(coll_ctx_t *ctx) {
+  for (int round = 0; round < 2 * ctx->n; round++) {
+    char name[64];
+    snprintf(name, sizeof name, "colltest-leave-%d", round);
+    mep_comm_opts_t o = {.struct_size = sizeof o, .name = name};
+    mep_comm_t *comm = NULL;
+    CHECK_OK(mep_comm_create(ctx->store, ctx->me, ctx->n, &o, &comm));
+    if (round % ctx->n == ctx->me) sleep_ms(20);
+    CHECK_OK(mep_barrier(comm, NULL));
+    CHECK_OK(mep_comm_destroy(comm));
+  }
+}
+
 static const struct {
   const char *name;
   void (*fn)(coll_ctx_t *);
 } table[] = {{"matrix", mode_matrix},       {"sizes", mode_sizes},
              {"algo", mode_algo}, {"big", mode_big},
-             {"barrier", mode_barrier}};
+             {"barrier", mode_barrier}, {"leave", mode_leave}};
 #define NMODES (sizeof table / sizeof table[0])
 
 static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
