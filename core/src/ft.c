@@ -393,17 +393,18 @@ static void decide(mep_comm_t *comm) {
       if (set[x] && (!sees(comm, r, x) || !sees(comm, x, r))) ok = 0;
     if (!ok) continue;
     set[r] = 1;
-    if (r != comm->rank && ft->ps[r].msg.committed > decided)
-      decided = ft->ps[r].msg.committed;
   }
-  /* A rank that closed in order returned what it committed to its caller:
-   * the survivors finish that collective as it did (coll.c), rather than
-   * run it again without it and end it otherwise. */
-  for (int r = 0; r < comm->size; r++)
-    if (ft->act[r] && !set[r] && ft->ps[r].have &&
-        atomic_load(&comm->peers[r].failed) == MEP_ERR_CLOSED &&
+  /* What the members committed, and what each rank that closed in order
+   * did: that rank returned it to its caller, so the survivors finish
+   * that collective as it did (coll.c), rather than run it again without
+   * it and end it otherwise. */
+  for (int r = 0; r < comm->size; r++) {
+    int closed = ft->act[r] && ft->ps[r].have &&
+                 atomic_load(&comm->peers[r].failed) == MEP_ERR_CLOSED;
+    if (r != comm->rank && (set[r] || closed) &&
         ft->ps[r].msg.committed > decided)
       decided = ft->ps[r].msg.committed;
+  }
   mep__ft_claim_start(comm, ft->epoch + 1, set, decided);
   free(set);
 }
