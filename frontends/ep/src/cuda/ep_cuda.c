@@ -187,11 +187,14 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   cu->has_mlx5 = mep__ep_win_has_mlx5(cu->win, b->size);
   cu->cs_resident = cu->sms * mep__ep_combine_send_per_sm(
                                   EP_WARP_KERNEL_THREADS, cu->has_mlx5);
-  /* Kernels that post a NIC's requests (MEP_DEV_MLX5) store WQEs and ring
-   * doorbells over PCIe while a receive kernel launched early polls the
-   * host part over PCIe too: over the model of the NIC that made a
-   * combine 30 times slower (docs/ibgda.md). No early receive then. */
-  if (cu->has_mlx5) cu->early_recv = 0;
+  /* Where a peer is reached through the host part, a receive kernel
+   * launched early polls it over PCIe while the send kernel stages rows
+   * there (for the proxy) or posts a NIC's requests (MEP_DEV_MLX5): that
+   * made a combine 30 times slower over the model of the NIC
+   * (docs/ibgda.md) and 1.2 to 3 times slower through the proxy over
+   * tcp (docs/perf.md, "No early receive through the proxy"). No early
+   * receive then. */
+  if (cu->has_proxy) cu->early_recv = 0;
   const char *red = getenv("MEP_EP_COMBINE_REDUCE");
   cu->reduce = mep__ep_env_off("MEP_EP_COMBINE_REDUCE") ? 0
                : red && strcmp(red, "1") == 0  ? 2
