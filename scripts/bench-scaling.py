@@ -81,7 +81,7 @@ def ep_layout_bytes(R, T, H, E):
     msg = EP_MSG_HEADER + 2 * H  # bf16 data is the larger
     areas = [
         2 * R * T * msg,                  # dispatch receive [2][R][T] msgs
-        2 * L * R * 8,                    # dispatch counts [2][L][R]
+        2 * R * L * 8,                    # dispatch counts [2][R][L]
         2 * L * R * T * 4,                # dispatch index [2][L][R][T]
         2 * E * T * 2 * H,                # combine receive [2][E][T][H] bf16
         2 * E * 8,                        # combine flags [2][E]
@@ -93,7 +93,8 @@ def ep_layout_bytes(R, T, H, E):
         2 * R * 8,                        # their per-rank flags
         2 * R * T * 8,                    # their per-token flags
         T * EP_STAGE_TOPK * msg,          # dispatch stage
-        T * EP_STAGE_TOPK * 4,            # index stage
+        E * T * 4,                        # index stage [E][T]
+        E * 8,                            # count stage [R][L]
         L * R * T * 2 * H,                # combine stage
     ]
     off = 0

@@ -1,6 +1,8 @@
-/* test_ep_layout: the reduce-mode stages of layout.h, which a send to a
- * proxied rank fills and puts from (ep_reduce_send.cu), against what the
- * puts assume: they lie inside the combine stage exactly when
+/* test_ep_layout: the stages of layout.h, which a send to a proxied rank
+ * fills and puts from (ep_dispatch_send.cu, ep_reduce_send.cu), against
+ * what the puts assume: the dispatch's count words and index words are
+ * staged as at their destination and apart from the other stages; the
+ * reduce-mode stages lie inside the combine stage exactly when
  * mep__ep_red_stage_fits says so, apart from each other; a rank's weight
  * words are laid out as the destination's comb_wts of this rank (one put
  * carries them), and consecutive tokens' partial sums are consecutive in
@@ -28,6 +30,12 @@ static void check(int R, int T, int H, int nl) {
   else
     CHECK(w_end > stage_end, "R=%d T=%d H=%d L=%d: fits, said not", R, T,
            H, nl);
+  /* the dispatch's stages apart from each other and from the combine's */
+  CHECK(mep__ep_index_stage(&l, R * nl - 1, T - 1) + 4 <= l.count_stage &&
+             mep__ep_count_stage(&l, R - 1, nl - 1) + 8 <= l.comb_stage &&
+             mep__ep_disp_stage(&l, T - 1, MEP_EP_STAGE_TOPK - 1) + l.msg <=
+                 l.index_stage,
+         "R=%d T=%d L=%d: dispatch stages overlap", R, T, nl);
   CHECK(mep__ep_red_pstage(&l, 0, 0) == l.comb_stage, "R=%d", R);
   CHECK(p_end <= mep__ep_red_wstage(&l, 0, 0, 0), "R=%d T=%d H=%d", R, T,
          H);
@@ -43,6 +51,22 @@ static void check(int R, int T, int H, int nl) {
             CHECK(mep__ep_red_wstage(&l, q, t, k) - w0 ==
                        mep__ep_comb_wts(&l, half, me, t, k) - c0,
                    "R=%d T=%d q=%d t=%d k=%d", R, T, q, t, k);
+        /* the dispatch's count words for q in one put: staged as at
+         * q's disp_count of `me`; and an expert's index words as at
+         * its disp_index, slot after slot (the proxy merges them) */
+        for (int el = 0; el < nl; el++) {
+          CHECK(mep__ep_count_stage(&l, q, el) -
+                     mep__ep_count_stage(&l, q, 0) ==
+                 mep__ep_disp_count(&l, half, el, me) -
+                     mep__ep_disp_count(&l, half, 0, me),
+                 "R=%d L=%d q=%d el=%d", R, nl, q, el);
+          for (int t = 0; t + 1 < T; t += T > 7 ? T / 7 : 1)
+            CHECK(mep__ep_index_stage(&l, q * nl + el, t + 1) -
+                           mep__ep_index_stage(&l, q * nl + el, t) == 4 &&
+                       mep__ep_disp_index(&l, half, el, me, t + 1) -
+                               mep__ep_disp_index(&l, half, el, me, t) == 4,
+                   "R=%d T=%d q=%d el=%d t=%d", R, T, q, el, t);
+        }
         /* a partial sum per token, consecutive as at the destination */
         for (int t = 0; t + 1 < T; t += T > 7 ? T / 7 : 1) {
           const uint64_t ds = mep__ep_red_pstage(&l, q, t + 1) -

@@ -78,6 +78,7 @@ typedef struct mep__ep_layout {
   uint64_t comb_tflag;
   uint64_t disp_stage;
   uint64_t index_stage;
+  uint64_t count_stage;
   uint64_t comb_stage;
   uint64_t total;       /* bytes of the whole */
 } mep__ep_layout_t;
@@ -135,7 +136,9 @@ MEP_EP_HD void mep__ep_layout(mep__ep_layout_t *l, int ranks, int tokens,
   l->disp_stage = off;
   off = mep__ep_align(off + T * MEP_EP_STAGE_TOPK * l->msg);
   l->index_stage = off;
-  off = mep__ep_align(off + T * MEP_EP_STAGE_TOPK * 4);
+  off = mep__ep_align(off + E * T * 4);
+  l->count_stage = off;
+  off = mep__ep_align(off + E * 8);
   l->comb_stage = off;
   off = mep__ep_align(off + L * R * T * 2 * H);
   l->total = off;
@@ -153,10 +156,12 @@ MEP_EP_HD uint64_t mep__ep_disp_index(const mep__ep_layout_t *l, int half,
                    l->tokens + slot;
   return l->disp_index + i * 4;
 }
+/* A source's count words are adjacent ([half][src][local expert]), so
+ * that a sender without mapped memory puts them together (count_stage). */
 MEP_EP_HD uint64_t mep__ep_disp_count(const mep__ep_layout_t *l, int half,
                                       int local_expert, int src) {
   return l->disp_count +
-         (((uint64_t)half * l->local + local_expert) * l->ranks + src) * 8;
+         (((uint64_t)half * l->ranks + src) * l->local + local_expert) * 8;
 }
 MEP_EP_HD uint64_t mep__ep_comb_row(const mep__ep_layout_t *l, int half,
                                     int expert, int token) {
@@ -204,9 +209,16 @@ MEP_EP_HD uint64_t mep__ep_disp_stage(const mep__ep_layout_t *l, int token,
   return l->disp_stage +
          ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
 }
-MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int token,
-                                       int k) {
-  return l->index_stage + ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * 4;
+/* Staged index words sit as at their destination, by expert and slot, so
+ * that the proxy joins an expert's words into one put (devwin_proxy.c). */
+MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int expert,
+                                       int slot) {
+  return l->index_stage + ((uint64_t)expert * l->tokens + slot) * 4;
+}
+/* The count words for rank dst, [dst][local expert]. */
+MEP_EP_HD uint64_t mep__ep_count_stage(const mep__ep_layout_t *l, int dst,
+                                       int local_expert) {
+  return l->count_stage + ((uint64_t)dst * l->local + local_expert) * 8;
 }
 MEP_EP_HD uint64_t mep__ep_comb_stage(const mep__ep_layout_t *l,
                                       int local_expert, int row) {

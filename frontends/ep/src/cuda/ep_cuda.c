@@ -39,6 +39,7 @@ struct mep__ep_cuda {
   int *slots;                /* [2][experts] */
   unsigned int *pair_done;   /* [local][ranks] */
   unsigned int *red_done;    /* [ranks] */
+  uint64_t *seen;            /* [MEP__EP_KINDS][ranks] */
   uint8_t *comb_buf;         /* the device part's combine stage */
   mep__ep_trace_t trace;
 };
@@ -55,13 +56,14 @@ static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
 
 static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
-/* The state's allocation: dstate, slots, pair_done, red_done. */
+/* The state's allocation: dstate, slots, pair_done, red_done, seen. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   const mep__ep_layout_t *l = &b->lay;
   size_t o_slots = round16(sizeof(mep__ep_dstate_t));
   size_t o_pair = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
   size_t o_red = o_pair + round16((size_t)l->local * l->ranks * 4);
-  size_t bytes = o_red + round16((size_t)l->ranks * 4);
+  size_t o_seen = o_red + round16((size_t)l->ranks * 4);
+  size_t bytes = o_seen + (size_t)MEP__EP_KINDS * l->ranks * 8;
   void *mem = NULL;
   cudaError_t e = cudaMalloc(&mem, bytes);
   if (e != cudaSuccess)
@@ -77,6 +79,7 @@ static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   cu->slots = (int *)(m + o_slots);
   cu->pair_done = (unsigned int *)(m + o_pair);
   cu->red_done = (unsigned int *)(m + o_red);
+  cu->seen = (uint64_t *)(m + o_seen);
   return 0;
 }
 
@@ -269,6 +272,7 @@ static void fill_common(mep_ep_buffer_t *b, const mep__ep_call_t *c,
   /* 2^62 ns is beyond any deadline that matters, and cannot overflow */
   k->early_recv = b->cuda->early_recv && c->phases == 3;
   k->trace = b->cuda->trace.dev;
+  k->seen = b->cuda->seen;
   k->timeout_ns = c->timeout_us >= ((int64_t)1 << 62) / 1000
                       ? (uint64_t)1 << 62
                       : (uint64_t)c->timeout_us * 1000u;

@@ -68,6 +68,10 @@ typedef struct mep__ep_kcommon {
    * done, end of the last block, and where a kernel has it, the block's
    * work done after its wait); mapped host memory. NULL: off. */
   uint64_t *trace;
+  /* device [MEP__EP_KINDS][ranks]: a word of the call that a source
+   * without mapped memory left in the host part, as the one block of
+   * that kind which polls it there saw it (ep_dev.cuh: ep_wait_host) */
+  uint64_t *seen;
 } mep__ep_kcommon_t;
 
 #define MEP__EP_TRACE_BLOCKS 1024

@@ -194,6 +194,29 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
   return ep_wait_count(p, seq, 0, active, r, deadline_ns, word);
 }
 
+/* The wait for a word of call `seq` that source r left in this rank's
+ * host part (it has no mapped memory), shared by the blocks of a kernel:
+ * the block that is `first` polls the word there, over PCIe, and copies
+ * it to c.seen[kind][r] in GPU memory, where the others poll. A hundred
+ * blocks polling host memory crowded out this GPU's own stores and proxy
+ * commands on the link: a combine through the proxy took 1.6 times as
+ * long (docs/perf.md). The acquire of the copy orders what the word
+ * covers before the caller's reads, as the acquire of the word would. A
+ * failed wait of the first block marks r inactive, which ends the
+ * others' waits. */
+__device__ __forceinline__ int ep_wait_host(const mep__ep_kcommon_t &c,
+                                            int kind, bool first,
+                                            const uint64_t *p, int r,
+                                            uint64_t seq,
+                                            uint64_t deadline_ns,
+                                            uint64_t *word) {
+  uint64_t *seen = c.seen + (size_t)kind * c.lay.ranks + r;
+  if (!first) return ep_wait_word(seen, seq, c.active, r, deadline_ns, word);
+  if (!ep_wait_word(p, seq, c.active, r, deadline_ns, word)) return 0;
+  mep_dev_store_release((volatile uint64_t *)seen, *word);
+  return 1;
+}
+
 /* One thread: before a send kernel writes the stages of this rank's host
  * part again, the proxy must have carried out every command of the
  * previous send of its kind (mark), and the NIC must have read what was

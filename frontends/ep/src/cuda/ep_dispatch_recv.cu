@@ -105,7 +105,7 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
  * from block 0's layout. */
 __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
                            int el, uint64_t deadline, int64_t *s_lr,
-                           bool publish) {
+                           bool publish, bool first) {
   const mep__ep_kcommon_t &c = k.c;
   const mep__ep_layout_t *L = &c.lay;
   const int R = L->ranks, T = L->tokens;
@@ -116,8 +116,16 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
     if (s < R && ep_live(c, s)) {
       const uint64_t *p = (const uint64_t *)mep_dev_src(
           c.win, s, mep__ep_disp_count(L, half, el, s));
+      /* a source without mapped memory put its other words before it
+       * signalled the last one, and only the signal orders them after
+       * its rows (ep_dispatch_send.cu); one block polls that one */
+      const uint64_t *last = (const uint64_t *)mep_dev_src(
+          c.win, s, mep__ep_disp_count(L, half, L->local - 1, s));
       uint64_t word = 0;
-      if (ep_wait_word(p, seq, c.active, s, deadline, &word)) {
+      if ((c.win->kind[s] == MEP_DEV_PTR ||
+           ep_wait_host(c, MEP__EP_DR, first, last, s, seq, deadline,
+                        &word)) &&
+          ep_wait_word(p, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
       } else {
@@ -174,7 +182,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
   extern __shared__ int64_t s_lr[];
 
   ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
-  int total = recv_layout(k, seq, half, el, deadline, s_lr, y == 0);
+  int total = recv_layout(k, seq, half, el, deadline, s_lr, y == 0,
+                          y == 0 && el == 0);
   if (y == 0 && threadIdx.x == 0) {
     k.recv_count[el] = total;
     if (k.recv_stats) k.recv_stats[el] += total;

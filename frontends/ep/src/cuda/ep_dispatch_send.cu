@@ -10,8 +10,9 @@
  * channels each). Rows and index words go straight into a mapped peer's
  * window, or into this rank's host-part stages followed by proxy puts.
  * The block that finishes last sends every expert of every active rank
- * its count word (seq << 32 | tokens), also "0 tokens". The receive is in
- * ep_dispatch_recv.cu. */
+ * its count word (seq << 32 | tokens), also "0 tokens": a peer reached
+ * through the host part gets its words in one put and a signal. The
+ * receive is in ep_dispatch_recv.cu. */
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -107,6 +108,13 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
   }
 }
 
+/* Expert e's count word: its tokens (at most T) under seq. */
+__device__ __forceinline__ uint64_t count_word(const int *cnt, int e, int T,
+                                               uint64_t seq) {
+  int n = __ldcg(cnt + e);
+  return mep__ep_word(seq, (uint32_t)(n > T ? T : n));
+}
+
 /* Named as the receive's kernel (ep_dev.cuh: kernel names). */
 template <bool kMlx5>
 __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
@@ -179,7 +187,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
         for (int i = 0; i < j; i++) first &= s_dst[i] != dst;
         int32_t *ix = (int32_t *)mep_dev_dst(
             w, dst, mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
-            mep__ep_index_stage(L, t, j));
+            mep__ep_index_stage(L, dst * nl + my_el, my_slot));
         *ix = t;
         if (first)
           p = mep_dev_dst(w, dst, mep__ep_disp_token(L, half, c.rank, t),
@@ -203,7 +211,8 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
       int j = threadIdx.x, dst = s_dst[j];
       (void)mep_dev_put<kMlx5>(w, dst,
                         mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
-                        mep__ep_index_stage(L, t, j), 4, deadline);
+                        mep__ep_index_stage(L, dst * nl + my_el, my_slot), 4,
+                        deadline);
       if (s_ptr[j])
         (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_token(L, half, c.rank, t),
                           mep__ep_disp_stage(L, t, j), len, deadline);
@@ -217,15 +226,39 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   /* every block's slots and puts are done: the counts are final, and
    * every block's writes were fenced before its count (ep_last_block),
    * which thread 0 here fenced again after seeing: the count words need
-   * no fence each */
+   * no fence each. A mapped peer gets each word stored; any other gets
+   * its words but the last staged and put as one message, and the last
+   * signalled after them: one message per peer instead of one per
+   * expert, each of which costs tcp a system call. The receiver waits
+   * for that last word first (ep_dispatch_recv.cu). */
+  int staged = 0;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int dst = e / nl;
     if (!s_live[dst]) continue;
-    int n = __ldcg(cnt + e);
-    if (n > T) n = T;
-    (void)mep_dev_signal_fenced<kMlx5>(
-        w, dst, mep__ep_disp_count(L, half, e % nl, c.rank),
-        mep__ep_word(seq, (uint32_t)n), deadline);
+    uint64_t word = count_word(cnt, e, T, seq);
+    uint64_t off = mep__ep_disp_count(L, half, e % nl, c.rank);
+    if (w->kind[dst] == MEP_DEV_PTR) {
+      (void)mep_dev_signal_fenced<kMlx5>(w, dst, off, word, deadline);
+    } else {
+      *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, e % nl)) =
+          word;
+      staged = 1;
+    }
+  }
+  if (__syncthreads_or(staged)) {
+    __threadfence_system(); /* the staged words, before their puts */
+    __syncthreads();
+    for (int dst = threadIdx.x; dst < L->ranks; dst += blockDim.x) {
+      if (!s_live[dst] || w->kind[dst] == MEP_DEV_PTR) continue;
+      if (nl > 1)
+        (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_count(L, half, 0, c.rank),
+                                 mep__ep_count_stage(L, dst, 0),
+                                 (uint64_t)(nl - 1) * 8, deadline);
+      int last = dst * nl + nl - 1;
+      (void)mep_dev_signal_fenced<kMlx5>(
+          w, dst, mep__ep_disp_count(L, half, nl - 1, c.rank),
+          count_word(cnt, last, T, seq), deadline);
+    }
   }
   ep_finish(c, MEP__EP_DS, 0, seq);
 }

@@ -15,6 +15,24 @@
 namespace mep::ep {
 namespace {
 
+/* The wait for rank r's sum of token t: its flag for t where r is mapped,
+ * else (and for t < 0) its end-of-send flag, which block 0 polls in host
+ * memory for every block (ep_wait_host). */
+__device__ __forceinline__ int wait_rank(const mep__ep_kcomb_t &k, int r,
+                                         int t, uint64_t seq,
+                                         uint64_t deadline, uint64_t *word) {
+  const mep__ep_kcommon_t &c = k.c;
+  const mep_dev_win_t *w = c.win;
+  const int half = (int)(seq & 1);
+  const bool mapped = w->kind[r] == MEP_DEV_PTR;
+  const uint64_t *f = (const uint64_t *)mep_dev_src(
+      w, r, mapped && t >= 0 ? mep__ep_comb_tflag(&c.lay, half, r, t)
+                             : mep__ep_comb_pflag(&c.lay, half, r));
+  if (mapped) return ep_wait_word(f, seq, c.active, r, deadline, word);
+  return ep_wait_host(c, MEP__EP_CR, blockIdx.x == 0, f, r, seq, deadline,
+                      word);
+}
+
 /* Named as the send's kernel, and as push mode's (ep_dev.cuh: kernel
  * names). */
 template <bool kMlx5>
@@ -55,10 +73,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     if ((int)threadIdx.x < s_nr) {
       const int r = s_rank[threadIdx.x];
       uint64_t word;
-      const uint64_t *f = (const uint64_t *)mep_dev_src(
-          w, r, w->kind[r] == MEP_DEV_PTR ? mep__ep_comb_tflag(L, half, r, t)
-                                          : mep__ep_comb_pflag(L, half, r));
-      s_ok[threadIdx.x] = ep_wait_word(f, seq, c.active, r, deadline, &word);
+      s_ok[threadIdx.x] = wait_rank(k, r, t, seq, deadline, &word);
     }
     __syncthreads(); /* the flags' acquires precede every read of a sum */
     if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
@@ -89,9 +104,7 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
     uint64_t word;
     if (!ep_live(c, r)) continue;
-    const uint64_t *f =
-        (const uint64_t *)mep_dev_src(w, r, mep__ep_comb_pflag(L, half, r));
-    (void)ep_wait_word(f, seq, c.active, r, deadline, &word);
+    (void)wait_rank(k, r, -1, seq, deadline, &word);
   }
 
   /* the blocks wrote out, which is read on this GPU after the kernel */
