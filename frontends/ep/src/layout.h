@@ -210,7 +210,7 @@ MEP_EP_HD uint64_t mep__ep_disp_stage(const mep__ep_layout_t *l, int token,
          ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
 }
 /* Staged index words sit as at their destination, by expert and slot, so
- * that the proxy joins an expert's words into one put (devwin_proxy.c). */
+ * that the proxy can join an expert's words into one put (devwin_proxy.c). */
 MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int expert,
                                        int slot) {
   return l->index_stage + ((uint64_t)expert * l->tokens + slot) * 4;
