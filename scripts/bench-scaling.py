@@ -82,7 +82,7 @@ def ep_layout_bytes(R, T, H, E):
     areas = [
         2 * R * T * msg,                  # dispatch receive [2][R][T] msgs
         2 * R * L * 8,                    # dispatch counts [2][R][L]
-        2 * L * R * T * 4,                # dispatch index [2][L][R][T]
+        2 * L * R * T * 4,                # dispatch index [2][R][L][T]
         2 * E * T * 2 * H,                # combine receive [2][E][T][H] bf16
         2 * E * 8,                        # combine flags [2][E]
         2 * E * T * 4,                    # combine map [2][E][T]

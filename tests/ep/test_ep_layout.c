@@ -51,21 +51,23 @@ static void check(int R, int T, int H, int nl) {
             CHECK(mep__ep_red_wstage(&l, q, t, k) - w0 ==
                        mep__ep_comb_wts(&l, half, me, t, k) - c0,
                    "R=%d T=%d q=%d t=%d k=%d", R, T, q, t, k);
-        /* the dispatch's count words for q in one put: staged as at
-         * q's disp_count of `me`; and an expert's index words as at
-         * its disp_index, slot after slot (the proxy merges them) */
+        /* the dispatch's count words for q in one put, and its index
+         * words in another: staged as at q's disp_count and disp_index
+         * of `me`, word for word, in a block of nl * T words */
+        const uint64_t i0 = mep__ep_index_stage(&l, q * nl, 0);
+        const uint64_t d0 = mep__ep_disp_index(&l, half, 0, me, 0);
         for (int el = 0; el < nl; el++) {
           CHECK(mep__ep_count_stage(&l, q, el) -
                      mep__ep_count_stage(&l, q, 0) ==
                  mep__ep_disp_count(&l, half, el, me) -
                      mep__ep_disp_count(&l, half, 0, me),
                  "R=%d L=%d q=%d el=%d", R, nl, q, el);
-          for (int t = 0; t + 1 < T; t += T > 7 ? T / 7 : 1)
-            CHECK(mep__ep_index_stage(&l, q * nl + el, t + 1) -
-                           mep__ep_index_stage(&l, q * nl + el, t) == 4 &&
-                       mep__ep_disp_index(&l, half, el, me, t + 1) -
-                               mep__ep_disp_index(&l, half, el, me, t) == 4,
+          for (int t = 0; t < T; t += T > 7 ? T / 7 : 1) {
+            const uint64_t is = mep__ep_index_stage(&l, q * nl + el, t) - i0;
+            CHECK(is == mep__ep_disp_index(&l, half, el, me, t) - d0 &&
+                       is < (uint64_t)nl * T * 4,
                    "R=%d T=%d q=%d el=%d t=%d", R, T, q, el, t);
+          }
         }
         /* a partial sum per token, consecutive as at the destination */
         for (int t = 0; t + 1 < T; t += T > 7 ? T / 7 : 1) {

@@ -50,7 +50,8 @@ if ! pkg-config --exists libibverbs 2>/dev/null && [ -d "$rdma" ]; then
 fi
 b=build-gpu
 if [ -n "${MEP_GPU_PREBUILT:-}" ]; then
-  b=${MEP_GPU_PREBUILT%/}
+  # relative to the repository: the paths below are $PWD/$b
+  b=$(realpath -m --relative-to=. "$MEP_GPU_PREBUILT")
   [ -f "$b/core/libmep.so.0" ] || { echo "run.sh: no libmep in $b" >&2; exit 2; }
   export MEP_EP_OPS=0 MEP_EP_LIBRARY=$PWD/$b/frontends/ep/libmep-ep.so.0
 else

@@ -9,9 +9,9 @@
  *    data being H bf16, or H fp8 bytes followed by H / 128 float scales.
  *    A token goes once to each destination rank, not once per expert;
  *    the dispatch index says which token fills each expert's slot.
- *  - dispatch counts [2][L][R] words: (seq << 32) | tokens, written by
+ *  - dispatch counts [2][R][L] words: (seq << 32) | tokens, written by
  *    the source after its messages: "0 tokens" differs from "not yet".
- *  - dispatch index [2][L][R][T] int32: the source token of slot i of
+ *  - dispatch index [2][R][L][T] int32: the source token of slot i of
  *    local expert l from source s.
  *  - combine receive [2][E][T] rows of H bf16: expert e's output for this
  *    rank's token t.
@@ -29,8 +29,8 @@
  *  - combine partial sums [2][R][T][H] float: rank r's share of this
  *    rank's token t, their flags [2][R][T] words, and [2][R] words from
  *    each rank at the end of its send (CUDA path, reduce).
- *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage
- *    [T][MEP_EP_MAX_TOPK] int32 (CUDA path; the CPU path stages its
+ *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage [E][T]
+ *    int32 and count stage [E] words (CUDA path; the CPU path stages its
  *    index after the layout, ep_host.h), combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
  *    proxied (or CPU-path) send reads from, and (device part) where mapped
@@ -152,7 +152,7 @@ MEP_EP_HD uint64_t mep__ep_disp_token(const mep__ep_layout_t *l, int half,
 }
 MEP_EP_HD uint64_t mep__ep_disp_index(const mep__ep_layout_t *l, int half,
                                       int local_expert, int src, int slot) {
-  uint64_t i = (((uint64_t)half * l->local + local_expert) * l->ranks + src) *
+  uint64_t i = (((uint64_t)half * l->ranks + src) * l->local + local_expert) *
                    l->tokens + slot;
   return l->disp_index + i * 4;
 }
@@ -209,8 +209,9 @@ MEP_EP_HD uint64_t mep__ep_disp_stage(const mep__ep_layout_t *l, int token,
   return l->disp_stage +
          ((uint64_t)token * MEP_EP_STAGE_TOPK + k) * l->msg;
 }
-/* Staged index words sit as at their destination, by expert and slot, so
- * that the proxy can join an expert's words into one put (devwin_proxy.c). */
+/* Staged index words sit as at their destination, by expert and slot: a
+ * peer's words, [local expert][slot], are as in its dispatch index of
+ * this source, so that they go as one put (ep_dispatch_send.cu). */
 MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int expert,
                                        int slot) {
   return l->index_stage + ((uint64_t)expert * l->tokens + slot) * 4;

@@ -353,6 +353,9 @@ static const shape_t sweep_shapes[] = {
     {7168, 8, 8, 128, MEP_EP_FP8 | MEP_EP_ROUND_SCALE | MEP_EP_UE8M0},
     {1152, 3, 5, 37, MEP_EP_FP8},
     {128, 1024, 4, 3, 0},
+    /* a peer's index words over 64 KiB: a proxied source puts them per
+     * expert (ep_dispatch_send.cu) */
+    {256, 40, 4, 500, MEP_EP_FP8},
     /* the quick run stops here */
     {4096, 8, 8, 128, MEP_EP_FP8 | MEP_EP_ROUND_SCALE},
     {4096, 2, 4, 128, MEP_EP_FP8 | MEP_EP_ROUND_SCALE | MEP_EP_UE8M0},
@@ -365,7 +368,7 @@ static const shape_t sweep_shapes[] = {
     {256, 2, 2, 127, MEP_EP_FP8 | MEP_EP_ROUND_SCALE},
     {384, 5, 7, 9, 0},
 };
-#define QUICK_SHAPES 5
+#define QUICK_SHAPES 6
 
 static int case_sweep(rt_t *r) {
   int count = (int)(sizeof sweep_shapes / sizeof *sweep_shapes);

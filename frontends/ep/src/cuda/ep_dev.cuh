@@ -194,8 +194,9 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
   return ep_wait_count(p, seq, 0, active, r, deadline_ns, word);
 }
 
-/* The wait for a word of call `seq` that source r left in this rank's
- * host part (it has no mapped memory), shared by the blocks of a kernel:
+/* The wait for a word of call `seq` from source r: ep_wait_word where r
+ * is mapped. Else r left it in this rank's host part, and the wait is
+ * shared by the blocks of a kernel:
  * the block that is `first` polls the word there, over PCIe, and copies
  * it to c.seen[kind][r] in GPU memory, where the others poll. A hundred
  * blocks polling host memory crowded out this GPU's own stores and proxy
@@ -210,6 +211,8 @@ __device__ __forceinline__ int ep_wait_host(const mep__ep_kcommon_t &c,
                                             uint64_t seq,
                                             uint64_t deadline_ns,
                                             uint64_t *word) {
+  if (c.win->kind[r] == MEP_DEV_PTR)
+    return ep_wait_word(p, seq, c.active, r, deadline_ns, word);
   uint64_t *seen = c.seen + (size_t)kind * c.lay.ranks + r;
   if (!first) return ep_wait_word(seen, seq, c.active, r, deadline_ns, word);
   if (!ep_wait_word(p, seq, c.active, r, deadline_ns, word)) return 0;

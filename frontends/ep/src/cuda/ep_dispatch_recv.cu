@@ -116,9 +116,10 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
     if (s < R && ep_live(c, s)) {
       const uint64_t *p = (const uint64_t *)mep_dev_src(
           c.win, s, mep__ep_disp_count(L, half, el, s));
-      /* a source without mapped memory put its other words before it
-       * signalled the last one, and only the signal orders them after
-       * its rows (ep_dispatch_send.cu); one block polls that one */
+      /* a source without mapped memory put its index words and other
+       * count words before it signalled the last one, and only the
+       * signal orders them after its rows (ep_dispatch_send.cu); one
+       * block polls that one */
       const uint64_t *last = (const uint64_t *)mep_dev_src(
           c.win, s, mep__ep_disp_count(L, half, L->local - 1, s));
       uint64_t word = 0;

@@ -108,6 +108,12 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
   }
 }
 
+/* A proxied peer's index words, [local expert][slot] (layout.h), go as
+ * one put, slots without a token included, up to this many bytes (16
+ * local experts of 1024 tokens, 128 of 128); beyond, as one put per
+ * expert with tokens. */
+#define EP_INDEX_ONE_PUT (64u << 10)
+
 /* Expert e's count word: its tokens (at most T) under seq. */
 __device__ __forceinline__ uint64_t count_word(const int *cnt, int e, int T,
                                                uint64_t seq) {
@@ -207,15 +213,11 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
      * nothing here: the count signal's fence covers them. */
     if (s_any_proxy) __threadfence_system();
     __syncthreads();
-    if ((int)threadIdx.x < topk && s_dst[threadIdx.x] >= 0) {
+    /* the index words go after every token (below) */
+    if ((int)threadIdx.x < topk && s_ptr[threadIdx.x]) {
       int j = threadIdx.x, dst = s_dst[j];
-      (void)mep_dev_put<kMlx5>(w, dst,
-                        mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
-                        mep__ep_index_stage(L, dst * nl + my_el, my_slot), 4,
-                        deadline);
-      if (s_ptr[j])
-        (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_token(L, half, c.rank, t),
-                          mep__ep_disp_stage(L, t, j), len, deadline);
+      (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_token(L, half, c.rank, t),
+                               mep__ep_disp_stage(L, t, j), len, deadline);
     }
     __syncthreads(); /* s_ptr and s_dst are rewritten for the next token */
   }
@@ -226,30 +228,45 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   /* every block's slots and puts are done: the counts are final, and
    * every block's writes were fenced before its count (ep_last_block),
    * which thread 0 here fenced again after seeing: the count words need
-   * no fence each. A mapped peer gets each word stored; any other gets
-   * its words but the last staged and put as one message, and the last
-   * signalled after them: one message per peer instead of one per
-   * expert, each of which costs tcp a system call. The receiver waits
-   * for that last word first (ep_dispatch_recv.cu). */
+   * no fence each. A mapped peer gets each word stored. Any other gets,
+   * in a few messages instead of one per word (each of which costs tcp
+   * a system call: 620 a call at 128 tokens, docs/perf.md), its index
+   * words and its count words but the last, and then the last signalled:
+   * the receiver waits for that one first (ep_dispatch_recv.cu). */
+  const bool one_index_put = (uint64_t)nl * T * 4 <= EP_INDEX_ONE_PUT;
   int staged = 0;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    int dst = e / nl;
+    int dst = e / nl, el = e % nl;
     if (!s_live[dst]) continue;
     uint64_t word = count_word(cnt, e, T, seq);
-    uint64_t off = mep__ep_disp_count(L, half, e % nl, c.rank);
+    uint64_t off = mep__ep_disp_count(L, half, el, c.rank);
     if (w->kind[dst] == MEP_DEV_PTR) {
       (void)mep_dev_signal_fenced<kMlx5>(w, dst, off, word, deadline);
     } else {
-      *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, e % nl)) =
-          word;
+      if (el < nl - 1) /* the last is signalled, not put */
+        *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, el)) = word;
       staged = 1;
     }
   }
   if (__syncthreads_or(staged)) {
     __threadfence_system(); /* the staged words, before their puts */
     __syncthreads();
+    for (int e = threadIdx.x; e < E && !one_index_put; e += blockDim.x) {
+      int dst = e / nl, n = (int)(uint32_t)count_word(cnt, e, T, seq);
+      if (s_live[dst] && w->kind[dst] != MEP_DEV_PTR && n)
+        (void)mep_dev_put<kMlx5>(w, dst,
+                                 mep__ep_disp_index(L, half, e % nl, c.rank, 0),
+                                 mep__ep_index_stage(L, e, 0),
+                                 (uint64_t)n * 4, deadline);
+    }
+    __syncthreads(); /* the index puts before the signals */
     for (int dst = threadIdx.x; dst < L->ranks; dst += blockDim.x) {
       if (!s_live[dst] || w->kind[dst] == MEP_DEV_PTR) continue;
+      if (one_index_put)
+        (void)mep_dev_put<kMlx5>(w, dst,
+                                 mep__ep_disp_index(L, half, 0, c.rank, 0),
+                                 mep__ep_index_stage(L, dst * nl, 0),
+                                 (uint64_t)nl * T * 4, deadline);
       if (nl > 1)
         (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_count(L, half, 0, c.rank),
                                  mep__ep_count_stage(L, dst, 0),

@@ -24,11 +24,10 @@ __device__ __forceinline__ int wait_rank(const mep__ep_kcomb_t &k, int r,
   const mep__ep_kcommon_t &c = k.c;
   const mep_dev_win_t *w = c.win;
   const int half = (int)(seq & 1);
-  const bool mapped = w->kind[r] == MEP_DEV_PTR;
   const uint64_t *f = (const uint64_t *)mep_dev_src(
-      w, r, mapped && t >= 0 ? mep__ep_comb_tflag(&c.lay, half, r, t)
-                             : mep__ep_comb_pflag(&c.lay, half, r));
-  if (mapped) return ep_wait_word(f, seq, c.active, r, deadline, word);
+      w, r, w->kind[r] == MEP_DEV_PTR && t >= 0
+                ? mep__ep_comb_tflag(&c.lay, half, r, t)
+                : mep__ep_comb_pflag(&c.lay, half, r));
   return ep_wait_host(c, MEP__EP_CR, blockIdx.x == 0, f, r, seq, deadline,
                       word);
 }

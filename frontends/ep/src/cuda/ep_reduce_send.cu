@@ -200,9 +200,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     if (ep_live(c, s)) {
       const uint64_t *f = (const uint64_t *)mep_dev_src(
           w, s, mep__ep_comb_wflag(L, half, s));
-      if (proxied ? ep_wait_host(c, MEP__EP_CS, y == 0, f, s, seq, deadline,
-                                 &word)
-                  : ep_wait_word(f, seq, c.active, s, deadline, &word))
+      if (ep_wait_host(c, MEP__EP_CS, y == 0, f, s, seq, deadline, &word))
         n = (int)(uint32_t)word < T ? (int)(uint32_t)word : T;
     }
     s_n = n;
