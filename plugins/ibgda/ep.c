@@ -50,18 +50,23 @@ static void info(const ibgda_ep_t *ep, mep__rdma_qpinfo_t *q) {
   q->psn[1] = ep->hw[1]->psn;
 }
 
-/* Releases the queue pairs (the kernels' GPU mapping first). */
-static void qp_release(ibgda_ep_t *ep) {
-  m5_t *m = &ep->ctx->model;
-  mep__ibgda_gpu_detach(ep->ctx, &ep->kgpu);
-  for (int i = 0; i < 2; i++) mep__ibgda_hw_qp_destroy(ep->hw[i]);
-  ep->hw[0] = ep->hw[1] = NULL;
-  if (!ep->ctx->hw) {
-    if (ep->kqp) mep__m5_qp_destroy(m, ep->kqp);
-    if (ep->qp) mep__m5_qp_destroy(m, ep->qp);
-  }
-  ep->kqp = ep->qp = NULL;
+/* Releases the host's queue pair. */
+static void host_qp_release(ibgda_ep_t *ep) {
+  mep__ibgda_hw_qp_destroy(ep->hw[0]);
+  ep->hw[0] = NULL;
+  if (!ep->ctx->hw && ep->qp) mep__m5_qp_destroy(&ep->ctx->model, ep->qp);
+  ep->qp = NULL;
   ep->ctr = NULL;
+}
+
+/* Releases both queue pairs (the kernels' GPU mapping first). */
+static void qp_release(ibgda_ep_t *ep) {
+  mep__ibgda_gpu_detach(ep->ctx, &ep->kgpu);
+  mep__ibgda_hw_qp_destroy(ep->hw[1]);
+  ep->hw[1] = NULL;
+  if (!ep->ctx->hw && ep->kqp) mep__m5_qp_destroy(&ep->ctx->model, ep->kqp);
+  ep->kqp = NULL;
+  host_qp_release(ep);
 }
 
 /* The two queue pairs: the NIC's, or the model's aimed at the peer. */
@@ -199,8 +204,14 @@ int mep__ibgda_close(mep_tp_ep_t *epp) {
                                                  : "without a goodbye");
   }
   mep__ibgda_ep_fail(ep, MEP_ERR_CLOSED, 0);
-  /* release what it holds; the struct stays as the rank's tombstone */
-  qp_release(ep);
+  /* release what it holds; the struct stays as the rank's tombstone. The
+   * kernels' queue pair and its GPU mapping stay with it: a device window
+   * made before the close still names them, and a kernel in flight, or
+   * the next one's stage gate (mep_dev_quiet), reads their counters. The
+   * core closes a dropped rank's endpoint while the survivors' kernels
+   * run, and freeing them then was an illegal memory access there
+   * (docs/perf.md). They go with the tombstone. */
+  host_qp_release(ep);
   /* the number goes before the socket: a fork meanwhile (fork_watch.h,
    * which does not hold ep->mu) never finds one closed and reused */
   int fd = ep->link_fd;
