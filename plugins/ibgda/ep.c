@@ -209,8 +209,8 @@ int mep__ibgda_close(mep_tp_ep_t *epp) {
    * made before the close still names them, and a kernel in flight, or
    * the next one's stage gate (mep_dev_quiet), reads their counters. The
    * core closes a dropped rank's endpoint while the survivors' kernels
-   * run, and freeing them then was an illegal memory access there
-   * (docs/perf.md). They go with the tombstone. */
+   * run; freeing them then is the likely cause of the illegal memory
+   * accesses seen there (docs/perf.md). They go with the tombstone. */
   host_qp_release(ep);
   /* the number goes before the socket: a fork meanwhile (fork_watch.h,
    * which does not hold ep->mu) never finds one closed and reused */
