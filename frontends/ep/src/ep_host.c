@@ -12,12 +12,8 @@ int mep__ep_host_create(mep_ep_buffer_t *b) {
   const char *fn = "mep_ep_buffer_create";
   struct mep__ep_host *h = calloc(1, sizeof *h);
   size_t R = (size_t)b->size, E = (size_t)b->cfg.num_experts;
-  /* the shared layout, then this rank's index stage (ep_host.h) */
-  uint64_t stage = b->lay.total;
-  uint64_t bytes = mep__ep_align(stage + (uint64_t)R * (uint64_t)b->lay.local *
-                                            (uint64_t)b->lay.tokens * 4);
+  uint64_t bytes = b->lay.total;
   if (h) {
-    h->index_stage = stage;
     h->mem = aligned_alloc(MEP_EP_ALIGN, (size_t)bytes);
     h->counts = calloc(E, sizeof *h->counts);
     b->active = malloc(R * sizeof *b->active);

@@ -8,11 +8,8 @@
 #include "ep_impl.h"
 
 struct mep__ep_host {
-  void *mem;             /* lay.total bytes, page-aligned, zeroed, then
-                          * this rank's index stage */
+  void *mem;             /* lay.total bytes, page-aligned, zeroed */
   mep_region_t *region;  /* mem, registered on every rank */
-  uint64_t index_stage;  /* offset in mem: [ranks][local][tokens] int32,
-                          * the index entries a dispatch sends */
   /* Calls counted apart per kind and phase, from 1: a SEND-only call and
    * the RECV-only call that ends it use the same seq. */
   uint64_t disp_sent, disp_recvd, comb_sent, comb_recvd;

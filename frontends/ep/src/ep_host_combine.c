@@ -1,9 +1,10 @@
 /* ep_host_combine.c - combine on the CPU path. Send: every row an expert of
  * this rank received goes back to its token's rank, at (half, expert,
  * token); then every expert of this rank raises its flag (seq) on every
- * active rank, also when it sent that rank nothing. Receive: the flags of
- * the experts of active ranks under one deadline (a rank that misses it is
- * cleared), then the weighted sum per token in float, rounded once. */
+ * active rank, also when it sent that rank nothing: all but the last in
+ * one put, the last signalled. Receive: each active rank's last flag
+ * under one deadline (a rank that misses it is cleared), then the
+ * weighted sum per token in float, rounded once. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,28 @@ static int check_ranges(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a) {
   return 0;
 }
 
+/* Rank dst's flags of this rank's experts: all but the last staged (in
+ * the count stage, which the dispatch only uses between the flushes that
+ * begin the sends) and put as one, the last signalled. */
+static int send_flags(mep_ep_buffer_t *b, int dst, uint64_t seq) {
+  const mep__ep_layout_t *l = &b->lay;
+  int L = l->local, half = (int)(seq & 1), first = b->rank * L;
+  uint64_t word = mep__ep_word(seq, MEP_EP_COMB_PUSHED);
+  for (int el = 0; el < L - 1; el++)
+    memcpy((char *)b->host->mem + mep__ep_count_stage(l, dst, el), &word,
+           sizeof word);
+  int rc = 0;
+  if (L > 1)
+    rc = mep_put(b->comm, dst, b->host->region, mep__ep_count_stage(l, dst, 0),
+                 b->host->region, mep__ep_comb_flag(l, half, first),
+                 (size_t)(L - 1) * 8);
+  if (!rc)
+    rc = mep_signal(b->comm, dst, b->host->region,
+                    mep__ep_comb_flag(l, half, first + L - 1), word,
+                    MEP_SIGNAL_SET);
+  return rc;
+}
+
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   struct mep__ep_host *h = b->host;
@@ -70,14 +93,12 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
                                "%d to rank %d", FN, b->rank * L + el, t, src);
       }
     }
-  for (int src = 0; src < R; src++)
-    for (int el = 0; el < L && c->active[src]; el++) {
-      rc = mep_signal(b->comm, src, h->region,
-                      mep__ep_comb_flag(&b->lay, half, b->rank * L + el),
-                      mep__ep_word(seq, MEP_EP_COMB_PUSHED), MEP_SIGNAL_SET);
-      if (rc && (rc = mep__ep_peer_error(c->active, src, rc)))
-        return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
-    }
+  for (int src = 0; src < R; src++) {
+    if (!c->active[src]) continue;
+    rc = send_flags(b, src, seq);
+    if (rc && (rc = mep__ep_peer_error(c->active, src, rc)))
+      return mep_set_error(rc, 1, "%s: signalling rank %d", FN, src);
+  }
   /* the caller may rewrite the zero-copy buffer once this returns */
   return mep__ep_flush(b->comm, c->timeout_us, FN);
 }
@@ -86,17 +107,16 @@ static int wait_flags(mep_ep_buffer_t *b, const mep__ep_call_t *c,
                       uint64_t seq) {
   int L = b->lay.local, half = (int)(seq & 1);
   uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
-  for (int r = 0; r < b->size; r++)
-    for (int el = 0; el < L && c->active[r]; el++) {
-      int rc = mep_wait(b->host->region,
-                        mep__ep_comb_flag(&b->lay, half, r * L + el), seq << 32,
-                        mep__ep_left_ms(deadline), NULL);
-      if (rc == MEP_ERR_TIMEOUT)
-        c->active[r] = 0;
-      else if (rc)
-        return mep_set_error(rc, 1, "%s: waiting for rank %d's experts", FN,
-                             r);
-    }
+  for (int r = 0; r < b->size; r++) {
+    if (!c->active[r]) continue;
+    int rc = mep_wait(b->host->region,
+                      mep__ep_comb_flag(&b->lay, half, r * L + L - 1),
+                      seq << 32, mep__ep_left_ms(deadline), NULL);
+    if (rc == MEP_ERR_TIMEOUT)
+      c->active[r] = 0;
+    else if (rc)
+      return mep_set_error(rc, 1, "%s: waiting for rank %d's experts", FN, r);
+  }
   return 0;
 }
 

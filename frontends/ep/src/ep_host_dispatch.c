@@ -2,12 +2,14 @@
  * [token | pad | data] is built once in its stage slot and put once into
  * every rank one of its experts lives on, at (half, this rank, token);
  * each (token, expert) takes the expert's next slot, and the token's
- * index goes into that slot of the index, staged per (rank, expert) and
- * put as one block per expert; then every expert of every active rank
- * gets its count word (seq, count), zero counts included, so "0 tokens"
- * differs from "not yet". Receive: the count words of every (local
- * expert, active source) under one deadline, then the rows the index
- * names unpacked into the layouts of ep.h. */
+ * index goes into that slot of the index stage, laid out as at the
+ * destination; then each active rank gets, in a few messages instead of
+ * one per expert, its index words, the count words (seq, count) of its
+ * experts but the last, and the last signalled. Zero counts are sent
+ * too, so "0 tokens" differs from "not yet". Receive: each active
+ * source's last count word under one deadline (its other words and its
+ * index were put before it), then the rows the index names unpacked
+ * into the layouts of ep.h. */
 #include <string.h>
 
 #include "ep_fp8.h"
@@ -47,12 +49,11 @@ static size_t build_msg(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
 
 /* Token t's row to every active rank its experts live on, once each,
  * and its index into each expert's next slot (staged; sent by
- * send_index). */
+ * send_counts). */
 static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       const mep__ep_call_t *c, int half, int t) {
   struct mep__ep_host *h = b->host;
   int L = b->lay.local, K = a->num_topk, T = b->cfg.max_tokens_per_rank;
-  int32_t *ix = (int32_t *)((char *)h->mem + h->index_stage);
   int sent[MEP_EP_STAGE_TOPK], ns = 0;
   size_t len = 0;
   for (int k = 0; k < K; k++) {
@@ -63,7 +64,9 @@ static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
      * copies are dropped, as on the CUDA path */
     if (h->counts[e] >= (uint32_t)T) continue;
     uint32_t slot = h->counts[e]++;
-    ix[((size_t)dst * L + (size_t)(e % L)) * (size_t)T + slot] = t;
+    int32_t t32 = t;
+    memcpy((char *)h->mem + mep__ep_index_stage(&b->lay, (int)e, (int)slot),
+           &t32, sizeof t32);
     int seen = 0;
     for (int i = 0; i < ns; i++) seen |= sent[i] == dst;
     if (seen) continue;
@@ -79,50 +82,64 @@ static int send_token(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   return 0;
 }
 
-/* Each expert's index entries of this call, one put per expert with
- * tokens. */
-static int send_index(mep_ep_buffer_t *b, const mep__ep_call_t *c,
-                      int half) {
+/* Rank dst's index words of this call: one put, or one per expert with
+ * tokens (mep__ep_index_one_put). */
+static int send_index(mep_ep_buffer_t *b, int dst, int half) {
   struct mep__ep_host *h = b->host;
-  int L = b->lay.local;
-  size_t T = (size_t)b->cfg.max_tokens_per_rank;
-  for (int dst = 0; dst < b->size; dst++)
-    for (int el = 0; el < L && c->active[dst]; el++) {
-      uint32_t n = h->counts[dst * L + el];
-      if (!n) continue;
-      int rc = mep_put(b->comm, dst, h->region,
-                       h->index_stage + ((size_t)dst * L + el) * T * 4,
-                       h->region,
-                       mep__ep_disp_index(&b->lay, half, el, b->rank, 0),
-                       (size_t)n * 4);
-      if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
-        return mep_set_error(rc, 1, "%s: sending the index of expert %d to "
-                             "rank %d", FN, dst * L + el, dst);
-    }
+  const mep__ep_layout_t *l = &b->lay;
+  int L = l->local, one = mep__ep_index_one_put(l);
+  for (int el = 0; el < L; el += one ? L : 1) {
+    uint32_t n = one ? (uint32_t)(L * l->tokens) : h->counts[dst * L + el];
+    if (!n) continue;
+    int rc = mep_put(b->comm, dst, h->region,
+                     mep__ep_index_stage(l, dst * L + el, 0), h->region,
+                     mep__ep_disp_index(l, half, el, b->rank, 0),
+                     (size_t)n * 4);
+    if (rc) return rc;
+  }
   return 0;
+}
+
+/* Rank dst's index, its count words but the last (staged, one put), and
+ * the last signalled: the receiver waits for that one alone. */
+static int send_counts(mep_ep_buffer_t *b, int dst, uint64_t seq) {
+  struct mep__ep_host *h = b->host;
+  const mep__ep_layout_t *l = &b->lay;
+  int L = l->local, half = (int)(seq & 1);
+  int rc = send_index(b, dst, half);
+  for (int el = 0; el < L - 1; el++) {
+    uint64_t word = mep__ep_word(seq, h->counts[dst * L + el]);
+    memcpy((char *)h->mem + mep__ep_count_stage(l, dst, el), &word,
+           sizeof word);
+  }
+  if (!rc && L > 1)
+    rc = mep_put(b->comm, dst, h->region, mep__ep_count_stage(l, dst, 0),
+                 h->region, mep__ep_disp_count(l, half, 0, b->rank),
+                 (size_t)(L - 1) * 8);
+  if (!rc)
+    rc = mep_signal(b->comm, dst, h->region,
+                    mep__ep_disp_count(l, half, L - 1, b->rank),
+                    mep__ep_word(seq, h->counts[dst * L + L - 1]),
+                    MEP_SIGNAL_SET);
+  return rc;
 }
 
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   struct mep__ep_host *h = b->host;
-  int L = b->lay.local, E = b->cfg.num_experts;
-  int half = (int)(seq & 1);
+  int E = b->cfg.num_experts, half = (int)(seq & 1);
   int rc = mep__ep_flush(b->comm, c->timeout_us, FN);
   if (rc) return rc;
   memset(h->counts, 0, sizeof *h->counts * (size_t)E);
   for (int t = 0; t < a->num_tokens; t++)
     if ((rc = send_token(b, a, c, half, t))) return rc;
-  if ((rc = send_index(b, c, half))) return rc;
-  for (int dst = 0; dst < b->size; dst++)
-    for (int el = 0; el < L && c->active[dst]; el++) {
-      rc = mep_signal(b->comm, dst, h->region,
-                      mep__ep_disp_count(&b->lay, half, el, b->rank),
-                      mep__ep_word(seq, h->counts[dst * L + el]),
-                      MEP_SIGNAL_SET);
-      if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
-        return mep_set_error(rc, 1, "%s: signalling expert %d of rank %d",
-                             FN, dst * L + el, dst);
-    }
+  for (int dst = 0; dst < b->size; dst++) {
+    if (!c->active[dst]) continue;
+    rc = send_counts(b, dst, seq);
+    if (rc && (rc = mep__ep_peer_error(c->active, dst, rc)))
+      return mep_set_error(rc, 1, "%s: sending the index and counts to "
+                           "rank %d", FN, dst);
+  }
   return 0;
 }
 
@@ -157,34 +174,50 @@ static void unpack(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   }
 }
 
+/* Each active source's count words of this call: the last is waited for
+ * (a source that misses the deadline is cleared), the others were put
+ * before it. */
+static int wait_counts(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                       uint64_t seq) {
+  struct mep__ep_host *h = b->host;
+  int L = b->lay.local, half = (int)(seq & 1);
+  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
+  for (int src = 0; src < b->size; src++) {
+    if (!c->active[src]) continue;
+    int rc = mep_wait(h->region, mep__ep_disp_count(&b->lay, half, L - 1, src),
+                      seq << 32, mep__ep_left_ms(deadline), NULL);
+    if (rc == MEP_ERR_TIMEOUT)
+      c->active[src] = 0;
+    else if (rc)
+      return mep_set_error(rc, 1, "%s: waiting for rank %d's tokens", FN, src);
+  }
+  return 0;
+}
+
 static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   struct mep__ep_host *h = b->host;
   int L = b->lay.local, R = b->size, T = b->cfg.max_tokens_per_rank;
   int half = (int)(seq & 1);
-  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
+  int rc = wait_counts(b, c, seq);
+  if (rc) return rc;
   for (int el = 0; el < L; el++) {
     uint32_t off = 0;
     for (int src = 0; src < R; src++) {
       uint64_t seen = 0;
       uint32_t n = 0;
       if (c->active[src]) {
-        int rc = mep_wait(h->region, mep__ep_disp_count(&b->lay, half, el, src),
-                          seq << 32, mep__ep_left_ms(deadline), &seen);
-        if (rc == MEP_ERR_TIMEOUT)
-          c->active[src] = 0;
-        else if (rc)
-          return mep_set_error(rc, 1, "%s: waiting for rank %d's tokens", FN,
-                               src);
-        else if (seen >> 32 != seq || (uint32_t)seen > (uint32_t)T)
+        memcpy(&seen, (const char *)h->mem +
+                          mep__ep_disp_count(&b->lay, half, el, src),
+               sizeof seen);
+        if (seen >> 32 != seq || (uint32_t)seen > (uint32_t)T)
           return mep_set_error(MEP_ERR_PROTOCOL, 0, "%s: rank %d's count word "
                                "for expert %d is call %llu with %u tokens; "
                                "want call %llu with at most %d", FN, src,
                                b->rank * L + el,
                                (unsigned long long)(seen >> 32),
                                (unsigned)seen, (unsigned long long)seq, T);
-        else
-          n = (uint32_t)seen;
+        n = (uint32_t)seen;
       }
       a->recv_layout_range[(size_t)el * R + src] = mep__ep_lr_pack(off, n);
       for (uint32_t i = 0; i < n; i++) {

@@ -30,8 +30,7 @@
  *    rank's token t, their flags [2][R][T] words, and [2][R] words from
  *    each rank at the end of its send (CUDA path, reduce).
  *  - dispatch stage [T][MEP_EP_MAX_TOPK] messages, index stage [E][T]
- *    int32 and count stage [E] words (CUDA path; the CPU path stages its
- *    index after the layout, ep_host.h), combine stage
+ *    int32 and count stage [E] words, combine stage
  *    [L][R * T] rows of H bf16 (also the zero-copy combine buffer): what a
  *    proxied (or CPU-path) send reads from, and (device part) where mapped
  *    peers pull expert outputs from; in reduce mode, whose rows need no
@@ -216,7 +215,17 @@ MEP_EP_HD uint64_t mep__ep_index_stage(const mep__ep_layout_t *l, int expert,
                                        int slot) {
   return l->index_stage + ((uint64_t)expert * l->tokens + slot) * 4;
 }
-/* The count words for rank dst, [dst][local expert]. */
+/* A peer's staged index words, [local expert][slot], go as one put,
+ * slots without a token included, up to this many bytes (16 local
+ * experts of 1024 tokens, 128 of 128); beyond, as one put per expert
+ * with tokens. Fewer messages matter more than bytes here: each costs
+ * tcp a system call (docs/perf.md). */
+#define MEP_EP_INDEX_ONE_PUT (64u << 10)
+MEP_EP_HD int mep__ep_index_one_put(const mep__ep_layout_t *l) {
+  return (uint64_t)l->local * l->tokens * 4 <= MEP_EP_INDEX_ONE_PUT;
+}
+/* The count words for rank dst, [dst][local expert] (the CPU path's
+ * combine stages its flag words for rank dst there too). */
 MEP_EP_HD uint64_t mep__ep_count_stage(const mep__ep_layout_t *l, int dst,
                                        int local_expert) {
   return l->count_stage + ((uint64_t)dst * l->local + local_expert) * 8;

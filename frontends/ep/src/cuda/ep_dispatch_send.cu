@@ -108,12 +108,6 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
   }
 }
 
-/* A proxied peer's index words, [local expert][slot] (layout.h), go as
- * one put, slots without a token included, up to this many bytes (16
- * local experts of 1024 tokens, 128 of 128); beyond, as one put per
- * expert with tokens. */
-#define EP_INDEX_ONE_PUT (64u << 10)
-
 /* Expert e's count word: its tokens (at most T) under seq. */
 __device__ __forceinline__ uint64_t count_word(const int *cnt, int e, int T,
                                                uint64_t seq) {
@@ -233,7 +227,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
    * a system call: 620 a call at 128 tokens, docs/perf.md), its index
    * words and its count words but the last, and then the last signalled:
    * the receiver waits for that one first (ep_dispatch_recv.cu). */
-  const bool one_index_put = (uint64_t)nl * T * 4 <= EP_INDEX_ONE_PUT;
+  const bool one_index_put = mep__ep_index_one_put(L);
   int staged = 0;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int dst = e / nl, el = e % nl;
@@ -242,24 +236,22 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
     uint64_t off = mep__ep_disp_count(L, half, el, c.rank);
     if (w->kind[dst] == MEP_DEV_PTR) {
       (void)mep_dev_signal_fenced<kMlx5>(w, dst, off, word, deadline);
-    } else {
-      if (el < nl - 1) /* the last is signalled, not put */
-        *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, el)) = word;
-      staged = 1;
+      continue;
     }
+    if (el < nl - 1) /* the last is signalled, not put */
+      *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, el)) = word;
+    /* the index words were fenced by their writers (ep_last_block) */
+    if (!one_index_put && (uint32_t)word)
+      (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_index(L, half, el, c.rank, 0),
+                               mep__ep_index_stage(L, e, 0),
+                               (uint64_t)(uint32_t)word * 4, deadline);
+    staged = 1;
   }
+  /* the staged count words before their puts, the index puts before the
+   * signals */
   if (__syncthreads_or(staged)) {
-    __threadfence_system(); /* the staged words, before their puts */
+    __threadfence_system();
     __syncthreads();
-    for (int e = threadIdx.x; e < E && !one_index_put; e += blockDim.x) {
-      int dst = e / nl, n = (int)(uint32_t)count_word(cnt, e, T, seq);
-      if (s_live[dst] && w->kind[dst] != MEP_DEV_PTR && n)
-        (void)mep_dev_put<kMlx5>(w, dst,
-                                 mep__ep_disp_index(L, half, e % nl, c.rank, 0),
-                                 mep__ep_index_stage(L, e, 0),
-                                 (uint64_t)n * 4, deadline);
-    }
-    __syncthreads(); /* the index puts before the signals */
     for (int dst = threadIdx.x; dst < L->ranks; dst += blockDim.x) {
       if (!s_live[dst] || w->kind[dst] == MEP_DEV_PTR) continue;
       if (one_index_put)
