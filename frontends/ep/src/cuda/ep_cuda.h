@@ -44,8 +44,10 @@ typedef struct mep__ep_dstate {
    * block lays the rows out again from block 0's (ep_dispatch_recv.cu). */
   unsigned int dr_lost;
   /* Reduce-mode send blocks done publishing the weights: the last one
-   * puts them to proxied ranks (ep_reduce_send.cu). */
+   * puts them to proxied ranks and then sets pub_seq to the call's seq
+   * (ep_reduce_send.cu). */
   unsigned int pub_done;
+  unsigned long long pub_seq;
 } mep__ep_dstate_t;
 
 /* What every kernel takes (by value). */
@@ -64,9 +66,10 @@ typedef struct mep__ep_kcommon {
    * send still runs (see ep_dev.cuh, ep_early_start) */
   int early_recv;
   /* MEP_EP_TRACE=1: %globaltimer stamps of each block of the last call
-   * of each kind, [kind][MEP__EP_TRACE_BLOCKS][4] (start, waited or work
-   * done, end of the last block, and where a kernel has it, the block's
-   * work done after its wait); mapped host memory. NULL: off. */
+   * of each kind, [kind][MEP__EP_TRACE_BLOCKS][5] (start, waited or work
+   * done, end of the last block, where a kernel has it the block's work
+   * done after its wait, and its entry into the kernel); mapped host
+   * memory. NULL: off. */
   uint64_t *trace;
   /* device [MEP__EP_KINDS][ranks]: a word of the call that a source
    * without mapped memory left in the host part, as the one block of
@@ -80,6 +83,7 @@ enum {
   MEP__EP_T_MID,
   MEP__EP_T_END,
   MEP__EP_T_WORK,
+  MEP__EP_T_ENTRY,
   MEP__EP_T_FIELDS
 };
 

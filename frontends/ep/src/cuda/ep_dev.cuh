@@ -397,6 +397,7 @@ __device__ __forceinline__ ep_call ep_start(const mep__ep_kcommon_t &c,
   s.seq = ep_seq(c, kind);
   s.half = (int)(s.seq & 1);
   s.deadline = mep_dev_now_ns() + c.timeout_ns;
+  ep_trace(c, kind, MEP__EP_T_ENTRY);
   return s;
 }
 

@@ -130,6 +130,23 @@ __device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
     (void)mep_dev_signal<false>(w, q, mep__ep_comb_wflag(L, half, c.rank),
                                 count, deadline);
   }
+  __syncthreads(); /* every put and signal is in the ring */
+  if (threadIdx.x == 0)
+    mep_dev_store_release((volatile uint64_t *)&c.st->pub_seq, seq);
+  ep_trace(c, MEP__EP_CS, MEP__EP_T_WORK);
+}
+
+/* Thread 0 of a block that will put partial sums to a proxied rank:
+ * waits until this rank's weights are in the ring (red_publish), so that
+ * they leave ahead of the sums. Queued behind them, the weights reached
+ * the peer after megabytes of this rank's sums, and the peer's sums only
+ * started then: 1.1 ms of a 1.6 ms combine at 128 tokens (docs/perf.md). */
+__device__ __forceinline__ void red_wait_published(const mep__ep_kcommon_t &c,
+                                                   uint64_t seq,
+                                                   uint64_t deadline) {
+  const volatile uint64_t *p = (const volatile uint64_t *)&c.st->pub_seq;
+  while (mep_dev_load_acquire(p) < seq && mep_dev_now_ns() <= deadline)
+    __nanosleep(64);
 }
 
 /* Lane 0: waits for source s's weight word (t, j) of call seq into *v;
@@ -197,6 +214,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   if (threadIdx.x == 0) {
     int n = -1;
     uint64_t word;
+    if (proxied) red_wait_published(c, seq, deadline);
     if (ep_live(c, s)) {
       const uint64_t *f = (const uint64_t *)mep_dev_src(
           w, s, mep__ep_comb_wflag(L, half, s));

@@ -6,7 +6,9 @@
  * destruction prints, for the last call of each kernel, the times from
  * the first block's start to the last block's start, to the last "mid"
  * and "work done" stamps and to the end, and where each kernel began
- * against the dispatch (or combine) send of the same call. */
+ * against the dispatch (or combine) send of the same call and on the
+ * GPU's clock, and when its blocks entered it (before any gate or
+ * wait). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,11 @@ static double us(uint64_t a, uint64_t b) {
   return ((double)a - (double)b) / 1e3;
 }
 
+/* %globaltimer in us, modulo 1000 s: the GPUs of one host keep it in step
+ * (to within a microsecond or so), so the ranks' lines can be set side by
+ * side. */
+static double clock_us(uint64_t ns) { return (double)(ns % 1000000000000ull) / 1e3; }
+
 void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
   if (!t->host) return;
   uint64_t first[MEP__EP_KINDS] = {0};
@@ -48,6 +55,7 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
     int n = t->blocks[k] < MEP__EP_TRACE_BLOCKS ? t->blocks[k]
                                                 : MEP__EP_TRACE_BLOCKS;
     uint64_t s0 = UINT64_MAX, s1 = 0, mid = 0, end = 0, work = 0;
+    uint64_t e0 = UINT64_MAX, e1 = 0;
     for (int b = 0; b < n; b++) {
       const uint64_t *r = t->host + ((size_t)k * MEP__EP_TRACE_BLOCKS + b) *
                                         MEP__EP_T_FIELDS;
@@ -57,20 +65,25 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
       if (r[MEP__EP_T_MID] > mid) mid = r[MEP__EP_T_MID];
       if (r[MEP__EP_T_END] > end) end = r[MEP__EP_T_END];
       if (r[MEP__EP_T_WORK] > work) work = r[MEP__EP_T_WORK];
+      if (r[MEP__EP_T_ENTRY] && r[MEP__EP_T_ENTRY] < e0) e0 = r[MEP__EP_T_ENTRY];
+      if (r[MEP__EP_T_ENTRY] > e1) e1 = r[MEP__EP_T_ENTRY];
     }
     if (!s1) continue;
     first[k] = s0;
     uint64_t ref = first[k & ~1] ? first[k & ~1] : s0; /* the call's send */
     /* one write per line: the ranks share stderr */
-    char line[256], wl[48] = "";
+    char line[320], wl[48] = "", el[64] = "";
     if (work)
       snprintf(wl, sizeof wl, ", last work done +%.1f", us(work, s0));
+    if (e1)
+      snprintf(el, sizeof el, "; blocks entered %+.1f to %+.1f", us(e0, s0),
+               us(e1, s0));
     snprintf(line, sizeof line,
              "mep_ep trace rank %d %s (%d blocks): begins %+.1f us after "
-             "the send began; last block starts +%.1f, last mid +%.1f%s, "
-             "end +%.1f us\n",
-             rank, kind_name[k], n, us(s0, ref), us(s1, s0),
-             mid ? us(mid, s0) : 0.0, wl, end ? us(end, s0) : 0.0);
+             "the send began (clock %.1f); last block starts +%.1f, last "
+             "mid +%.1f%s, end +%.1f us%s\n",
+             rank, kind_name[k], n, us(s0, ref), clock_us(s0), us(s1, s0),
+             mid ? us(mid, s0) : 0.0, wl, end ? us(end, s0) : 0.0, el);
     fputs(line, stderr);
   }
   cudaFreeHost(t->host);
