@@ -34,8 +34,10 @@
  * merges into one message; one put per run of tokens at the send's end
  * measured slower: the network then waits for the last sum); no
  * per-token flag, as its receive waits for the end-of-send flag, which
- * follows every put in the proxy's order. The stages are gated as push
- * mode's are (the combine kind's mark).
+ * follows every put in the proxy's order. The publishing blocks pass the
+ * stage gate (the combine kind's mark), as push mode's send does; the
+ * blocks that put partial sums wait until the weights are in the ring,
+ * so that the weights leave first.
  *
  * The receive (ep_reduce_recv.cu) waits for that last flag of every live
  * rank at its end. That keeps the halves safe for back-to-back calls: a
@@ -112,9 +114,15 @@ __device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
     const int64_t e = k.topk_idx[tj] - (int64_t)q * nl;
     const uint32_t slot = e >= 0 && e < nl ? (uint32_t)e + 1 : 0;
     const int t = (int)(tj / K), j = (int)(tj % K);
-    red_store(mep_dev_dst(w, q, mep__ep_comb_wts(L, half, c.rank, t, j),
-                          mep__ep_red_wstage(L, q, t, j)),
-              red_word(seq, slot, k.topk_weights[tj]));
+    const uint64_t v = red_word(seq, slot, k.topk_weights[tj]);
+    /* a mapped peer polls the word itself; a staged word is read after
+     * the fence below and the put. A strong (sys-scope) store to host
+     * memory cost about 150 ns each, one after another: 1024 of them took
+     * 120-190 us of a combine (docs/perf.md). */
+    if (w->kind[q] == MEP_DEV_PTR)
+      red_store(w->peer[q] + mep__ep_comb_wts(L, half, c.rank, t, j), v);
+    else
+      *(uint64_t *)(w->host_base + mep__ep_red_wstage(L, q, t, j)) = v;
   }
   if (!c.has_proxy) return;
   /* the proxied ranks' words, once every publishing block staged its
@@ -140,7 +148,8 @@ __device__ __forceinline__ void red_publish(const mep__ep_kcomb_t &k, int b,
  * waits until this rank's weights are in the ring (red_publish), so that
  * they leave ahead of the sums. Queued behind them, the weights reached
  * the peer after megabytes of this rank's sums, and the peer's sums only
- * started then: 1.1 ms of a 1.6 ms combine at 128 tokens (docs/perf.md). */
+ * started then: up to 1.1 ms of a 1.6 ms combine at 128 tokens
+ * (docs/perf.md). */
 __device__ __forceinline__ void red_wait_published(const mep__ep_kcommon_t &c,
                                                    uint64_t seq,
                                                    uint64_t deadline) {
@@ -194,11 +203,17 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_CS);
   const int b = blockIdx.y * gridDim.x + blockIdx.x;
   const int P = min(RED_PUBLISH_BLOCKS, (int)(gridDim.x * gridDim.y));
-  if (c.has_proxy) { /* before this block writes the host part's stages */
-    if (threadIdx.x == 0) ep_stage_gate<false>(c, 1, deadline);
-    __syncthreads();
+  /* Only the publishers pass the stage gate: every other block that
+   * writes the host part's stages waits for them first
+   * (red_wait_published). Each pass reads the ring's counter in host
+   * memory; 256 blocks doing so delayed the publish by 20 us. */
+  if (b < P) {
+    if (c.has_proxy) {
+      if (threadIdx.x == 0) ep_stage_gate<false>(c, 1, deadline);
+      __syncthreads();
+    }
+    red_publish(k, b, P, seq, deadline);
   }
-  if (b < P) red_publish(k, b, P, seq, deadline);
   const int T = L->tokens, H = L->hidden, K = k.num_topk;
   const int64_t S = (int64_t)L->ranks * T;
   const int s = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
