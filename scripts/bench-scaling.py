@@ -104,10 +104,9 @@ def ep_layout_bytes(R, T, H, E):
 
 
 def ep_host_bytes(R, T, H, E):
-    """The CPU path's region (ep_host.c): the layout, then this rank's
-    index stage [R][L][T] int32; zeroed at creation, so all resident."""
-    total = ep_layout_bytes(R, T, H, E)
-    return up(total + R * (E // R) * T * 4, EP_ALIGN) if total else 0
+    """The CPU path's region (ep_host.c): the layout, the size hint;
+    zeroed at creation, so all resident."""
+    return ep_layout_bytes(R, T, H, E)
 
 
 def p2p_geometry(buffer_bytes, chunk_bytes, npeers):
@@ -449,7 +448,7 @@ def main_bench(args):
     say()
     say("| ranks | before comm | after comm (all connected) | comm adds | "
         "formula, zeroed at creation | formula, all allocated | after EP "
-        "buffer | EP adds | EP formula (size hint + index stage) | "
+        "buffer | EP adds | EP formula (the size hint) | "
         "mep_ep_size_hint | after the timed calls |")
     say("|---|---|---|---|---|---|---|---|---|---|---|")
     for N, reps in results.items():

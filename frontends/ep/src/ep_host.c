@@ -63,6 +63,22 @@ void mep__ep_host_destroy(mep_ep_buffer_t *b) {
   b->active = NULL;
 }
 
+int mep__ep_host_send_words(mep_ep_buffer_t *b, int dst, uint64_t off) {
+  struct mep__ep_host *h = b->host;
+  const mep__ep_layout_t *l = &b->lay;
+  int L = l->local, rc = 0;
+  uint64_t last;
+  memcpy(&last, (const char *)h->mem + mep__ep_count_stage(l, dst, L - 1),
+         sizeof last);
+  if (L > 1)
+    rc = mep_put(b->comm, dst, h->region, mep__ep_count_stage(l, dst, 0),
+                 h->region, off, (size_t)(L - 1) * 8);
+  if (!rc)
+    rc = mep_signal(b->comm, dst, h->region, off + (uint64_t)(L - 1) * 8, last,
+                    MEP_SIGNAL_SET);
+  return rc;
+}
+
 void *mep__ep_host_combine_buffer(mep_ep_buffer_t *b) {
   return (char *)b->host->mem + b->lay.comb_stage;
 }

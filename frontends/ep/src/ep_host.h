@@ -16,4 +16,12 @@ struct mep__ep_host {
   uint32_t *counts;      /* [experts]: tokens sent to each, this call */
 };
 
+/* Rank dst's L words (one per local expert), staged at the count stage
+ * [dst][0..L-1]: all but the last as one put to offset `off` of its
+ * region, then the last signalled at off + 8 (L - 1), so that the
+ * receiver waits for that one alone (a signal follows every earlier put
+ * to its rank). The stage is rewritten only after the flush that begins
+ * the next send. Returns 0 or the transport's error. */
+int mep__ep_host_send_words(mep_ep_buffer_t *b, int dst, uint64_t off);
+
 #endif /* MEP_EP_HOST_H */

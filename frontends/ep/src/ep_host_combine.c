@@ -41,26 +41,15 @@ static int check_ranges(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a) {
   return 0;
 }
 
-/* Rank dst's flags of this rank's experts: all but the last staged (in
- * the count stage, which the dispatch only uses between the flushes that
- * begin the sends) and put as one, the last signalled. */
+/* Rank dst's flags of this rank's experts (mep__ep_host_send_words). */
 static int send_flags(mep_ep_buffer_t *b, int dst, uint64_t seq) {
   const mep__ep_layout_t *l = &b->lay;
-  int L = l->local, half = (int)(seq & 1), first = b->rank * L;
   uint64_t word = mep__ep_word(seq, MEP_EP_COMB_PUSHED);
-  for (int el = 0; el < L - 1; el++)
+  for (int el = 0; el < l->local; el++)
     memcpy((char *)b->host->mem + mep__ep_count_stage(l, dst, el), &word,
            sizeof word);
-  int rc = 0;
-  if (L > 1)
-    rc = mep_put(b->comm, dst, b->host->region, mep__ep_count_stage(l, dst, 0),
-                 b->host->region, mep__ep_comb_flag(l, half, first),
-                 (size_t)(L - 1) * 8);
-  if (!rc)
-    rc = mep_signal(b->comm, dst, b->host->region,
-                    mep__ep_comb_flag(l, half, first + L - 1), word,
-                    MEP_SIGNAL_SET);
-  return rc;
+  return mep__ep_host_send_words(
+      b, dst, mep__ep_comb_flag(l, (int)(seq & 1), b->rank * l->local));
 }
 
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,

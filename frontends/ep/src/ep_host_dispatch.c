@@ -100,28 +100,20 @@ static int send_index(mep_ep_buffer_t *b, int dst, int half) {
   return 0;
 }
 
-/* Rank dst's index, its count words but the last (staged, one put), and
- * the last signalled: the receiver waits for that one alone. */
+/* Rank dst's index, then its count words (mep__ep_host_send_words). */
 static int send_counts(mep_ep_buffer_t *b, int dst, uint64_t seq) {
   struct mep__ep_host *h = b->host;
   const mep__ep_layout_t *l = &b->lay;
   int L = l->local, half = (int)(seq & 1);
   int rc = send_index(b, dst, half);
-  for (int el = 0; el < L - 1; el++) {
+  for (int el = 0; el < L && !rc; el++) {
     uint64_t word = mep__ep_word(seq, h->counts[dst * L + el]);
     memcpy((char *)h->mem + mep__ep_count_stage(l, dst, el), &word,
            sizeof word);
   }
-  if (!rc && L > 1)
-    rc = mep_put(b->comm, dst, h->region, mep__ep_count_stage(l, dst, 0),
-                 h->region, mep__ep_disp_count(l, half, 0, b->rank),
-                 (size_t)(L - 1) * 8);
-  if (!rc)
-    rc = mep_signal(b->comm, dst, h->region,
-                    mep__ep_disp_count(l, half, L - 1, b->rank),
-                    mep__ep_word(seq, h->counts[dst * L + L - 1]),
-                    MEP_SIGNAL_SET);
-  return rc;
+  return rc ? rc
+            : mep__ep_host_send_words(b, dst,
+                                      mep__ep_disp_count(l, half, 0, b->rank));
 }
 
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
