@@ -24,4 +24,13 @@ struct mep__ep_host {
  * the next send. Returns 0 or the transport's error. */
 int mep__ep_host_send_words(mep_ep_buffer_t *b, int dst, uint64_t off);
 
+/* The receive's side of mep__ep_host_send_words: for each active rank
+ * src, waits for the last of its L words of call seq, at
+ * off + 8 (src L + L - 1) (its words follow one another, and each rank's
+ * follow the previous rank's), under one deadline of the call's timeout;
+ * a rank that misses it is cleared in c->active. Returns 0, or the
+ * wait's error other than a timeout, its message naming fn. */
+int mep__ep_host_wait_words(mep_ep_buffer_t *b, const mep__ep_call_t *c,
+                            uint64_t seq, uint64_t off, const char *fn);
+
 #endif /* MEP_EP_HOST_H */

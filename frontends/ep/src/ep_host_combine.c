@@ -92,28 +92,12 @@ static int send_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
   return mep__ep_flush(b->comm, c->timeout_us, FN);
 }
 
-static int wait_flags(mep_ep_buffer_t *b, const mep__ep_call_t *c,
-                      uint64_t seq) {
-  int L = b->lay.local, half = (int)(seq & 1);
-  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
-  for (int r = 0; r < b->size; r++) {
-    if (!c->active[r]) continue;
-    int rc = mep_wait(b->host->region,
-                      mep__ep_comb_flag(&b->lay, half, r * L + L - 1),
-                      seq << 32, mep__ep_left_ms(deadline), NULL);
-    if (rc == MEP_ERR_TIMEOUT)
-      c->active[r] = 0;
-    else if (rc)
-      return mep_set_error(rc, 1, "%s: waiting for rank %d's experts", FN, r);
-  }
-  return 0;
-}
-
 static int recv_phase(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   int L = b->lay.local, K = a->num_topk, H = b->cfg.hidden;
   int half = (int)(seq & 1);
-  int rc = wait_flags(b, c, seq);
+  int rc = mep__ep_host_wait_words(b, c, seq,
+                                   mep__ep_comb_flag(&b->lay, half, 0), FN);
   if (rc) return rc;
   float *acc = malloc(sizeof(float) * (size_t)H);
   if (!acc)

@@ -166,32 +166,15 @@ static void unpack(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   }
 }
 
-/* Each active source's count words of this call: the last is waited for
- * (a source that misses the deadline is cleared), the others were put
- * before it. */
-static int wait_counts(mep_ep_buffer_t *b, const mep__ep_call_t *c,
-                       uint64_t seq) {
-  struct mep__ep_host *h = b->host;
-  int L = b->lay.local, half = (int)(seq & 1);
-  uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
-  for (int src = 0; src < b->size; src++) {
-    if (!c->active[src]) continue;
-    int rc = mep_wait(h->region, mep__ep_disp_count(&b->lay, half, L - 1, src),
-                      seq << 32, mep__ep_left_ms(deadline), NULL);
-    if (rc == MEP_ERR_TIMEOUT)
-      c->active[src] = 0;
-    else if (rc)
-      return mep_set_error(rc, 1, "%s: waiting for rank %d's tokens", FN, src);
-  }
-  return 0;
-}
-
 static int recv_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                       const mep__ep_call_t *c, uint64_t seq) {
   struct mep__ep_host *h = b->host;
   int L = b->lay.local, R = b->size, T = b->cfg.max_tokens_per_rank;
   int half = (int)(seq & 1);
-  int rc = wait_counts(b, c, seq);
+  /* each source's other count words and its index were put before the
+   * last */
+  int rc = mep__ep_host_wait_words(b, c, seq,
+                                   mep__ep_disp_count(&b->lay, half, 0, 0), FN);
   if (rc) return rc;
   for (int el = 0; el < L; el++) {
     uint32_t off = 0;
