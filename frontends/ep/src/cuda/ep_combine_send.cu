@@ -5,8 +5,8 @@
  * dispatch gave expert el from source s (layout_range of the handle) go
  * back to s, each into the row of its token there (src_info), a warp per
  * 4 KB chunk of a row (all its loads in flight before its stores): stored
- * straight into a mapped peer, or into this rank's host-part stage and
- * put (a put per chunk) by the proxy. The pair's last block to finish then
+ * straight into a mapped peer, or, a warp per row, into this rank's
+ * host-part stage and put (a put per row) by the proxy. The pair's last block to finish then
  * sets s's flag of expert el (seq << 32 | MEP_EP_COMB_PUSHED), also for a
  * pair without rows.
  *
@@ -58,42 +58,53 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS)
   const int lane = threadIdx.x & 31, W = blockDim.x >> 5;
   /* work items are (row, chunk of EP_COPY_BATCH units): a warp moves one
    * chunk with all its loads in flight at once, and a row's chunks go to
-   * different warps, so a pair's few rows use many warps */
+   * different warps, so a pair's few rows use many warps. A proxied
+   * peer's row is one item instead, its chunks moved by one warp, which
+   * then fences once and queues one put: with a fence and a command per
+   * chunk (2048 a call at 128 tokens) the send took 2.4 ms, the commands
+   * and fences waiting on each other's writes to host memory
+   * (docs/perf.md). */
   const int nv = H / 8;
   const int C = pull ? 1 : (nv + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
+  const int per = proxied ? 1 : C; /* items per row */
   const int64_t step = (int64_t)Y * W;
-  for (int64_t i = (int64_t)y * W + (threadIdx.x >> 5); i < n * C;
+  for (int64_t i = (int64_t)y * W + (threadIdx.x >> 5); i < n * per;
        i += step) {
-    const int64_t row = begin + i / C;
-    const int ch = (int)(i % C), v0 = ch * EP_COPY_BATCH;
-    const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
+    const int64_t row = begin + i / per;
+    const int ch0 = proxied ? 0 : (int)(i % per), ch1 = proxied ? C : ch0 + 1;
     const size_t xrow = (size_t)el * S + row;
     /* the token's load overlaps the data's: only dst depends on it */
     const int tok = __ldg(k.src_info + xrow);
-    const uint8_t *src = (const uint8_t *)k.x + xrow * 2 * H + (size_t)v0 * 16;
     if (pull) {
       if (lane == 0 && tok >= 0 && tok < T)
         *(int32_t *)mep_dev_dst(w, s, mep__ep_comb_map(L, half, e, tok), 0) =
             (int32_t)row;
       continue;
     }
-    ep_v16 d[EP_COPY_UNROLL];
+    const uint64_t off = mep__ep_comb_row(L, half, e, tok);
+    const uint64_t stage = mep__ep_comb_stage(L, el, (int)row);
+    for (int ch = ch0; ch < ch1; ch++) {
+      const int v0 = ch * EP_COPY_BATCH;
+      const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
+      const uint8_t *src =
+          (const uint8_t *)k.x + xrow * 2 * H + (size_t)v0 * 16;
+      ep_v16 d[EP_COPY_UNROLL];
 #pragma unroll
-    for (int u = 0; u < EP_COPY_UNROLL; u++)
-      if (u * 32 + lane < cnv) d[u] = ep_ld16_nc(src + (size_t)(u * 32 + lane) * 16);
-    if (tok < 0 || tok >= T) continue; /* the same for the whole warp */
-    const uint64_t off = mep__ep_comb_row(L, half, e, tok) + (uint64_t)v0 * 16;
-    const uint64_t stage =
-        mep__ep_comb_stage(L, el, (int)row) + (uint64_t)v0 * 16;
-    uint8_t *dst = mep_dev_dst(w, s, off, stage);
+      for (int u = 0; u < EP_COPY_UNROLL; u++)
+        if (u * 32 + lane < cnv)
+          d[u] = ep_ld16_nc(src + (size_t)(u * 32 + lane) * 16);
+      if (tok < 0 || tok >= T) break; /* the same for the whole warp */
+      uint8_t *dst = mep_dev_dst(w, s, off, stage) + (size_t)v0 * 16;
 #pragma unroll
-    for (int u = 0; u < EP_COPY_UNROLL; u++)
-      if (u * 32 + lane < cnv) ep_st16(dst + (size_t)(u * 32 + lane) * 16, d[u]);
-    if (proxied) {
+      for (int u = 0; u < EP_COPY_UNROLL; u++)
+        if (u * 32 + lane < cnv)
+          ep_st16(dst + (size_t)(u * 32 + lane) * 16, d[u]);
+    }
+    if (proxied && tok >= 0 && tok < T) {
       __threadfence_system();
       __syncwarp();
       if (lane == 0)
-        (void)mep_dev_put<kMlx5>(w, s, off, stage, 16 * (uint64_t)cnv, deadline);
+        (void)mep_dev_put<kMlx5>(w, s, off, stage, 2 * (uint64_t)H, deadline);
     }
   }
 
