@@ -82,10 +82,10 @@ int mep__ep_host_send_words(mep_ep_buffer_t *b, int dst, uint64_t off) {
 int mep__ep_host_wait_words(mep_ep_buffer_t *b, const mep__ep_call_t *c,
                             uint64_t seq, uint64_t off, const char *fn) {
   uint64_t deadline = mep__ep_now_us() + (uint64_t)c->timeout_us;
+  uint64_t L = (uint64_t)b->lay.local;
   for (int src = 0; src < b->size; src++) {
     if (!c->active[src]) continue;
-    int rc = mep_wait(b->host->region,
-                      off + ((uint64_t)src * b->lay.local + b->lay.local - 1) * 8,
+    int rc = mep_wait(b->host->region, off + ((uint64_t)src * L + L - 1) * 8,
                       seq << 32, mep__ep_left_ms(deadline), NULL);
     if (rc == MEP_ERR_TIMEOUT)
       c->active[src] = 0;

@@ -106,14 +106,14 @@ static int send_counts(mep_ep_buffer_t *b, int dst, uint64_t seq) {
   const mep__ep_layout_t *l = &b->lay;
   int L = l->local, half = (int)(seq & 1);
   int rc = send_index(b, dst, half);
-  for (int el = 0; el < L && !rc; el++) {
+  if (rc) return rc;
+  for (int el = 0; el < L; el++) {
     uint64_t word = mep__ep_word(seq, h->counts[dst * L + el]);
     memcpy((char *)h->mem + mep__ep_count_stage(l, dst, el), &word,
            sizeof word);
   }
-  return rc ? rc
-            : mep__ep_host_send_words(b, dst,
-                                      mep__ep_disp_count(l, half, 0, b->rank));
+  return mep__ep_host_send_words(b, dst,
+                                 mep__ep_disp_count(l, half, 0, b->rank));
 }
 
 static int send_phase(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,

@@ -6,8 +6,8 @@
  * back to s, each into the row of its token there (src_info), a warp per
  * 4 KB chunk of a row (all its loads in flight before its stores): stored
  * straight into a mapped peer, or, a warp per row, into this rank's
- * host-part stage and put (a put per row) by the proxy. The pair's last block to finish then
- * sets s's flag of expert el (seq << 32 | MEP_EP_COMB_PUSHED), also for a
+ * host-part stage and put (a put per row) by the proxy. The pair's last
+ * block to finish then sets s's flag of expert el (seq << 32 | MEP_EP_COMB_PUSHED), also for a
  * pair without rows.
  *
  * Zero-copy: mep_ep_combine_buffer is the device part's combine stage

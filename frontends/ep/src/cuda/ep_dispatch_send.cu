@@ -242,7 +242,8 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
       *(uint64_t *)(w->host_base + mep__ep_count_stage(L, dst, el)) = word;
     /* the index words were fenced by their writers (ep_last_block) */
     if (!one_index_put && (uint32_t)word)
-      (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_index(L, half, el, c.rank, 0),
+      (void)mep_dev_put<kMlx5>(w, dst,
+                               mep__ep_disp_index(L, half, el, c.rank, 0),
                                mep__ep_index_stage(L, e, 0),
                                (uint64_t)(uint32_t)word * 4, deadline);
     staged = 1;

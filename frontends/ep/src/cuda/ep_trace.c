@@ -46,7 +46,9 @@ static double us(uint64_t a, uint64_t b) {
 /* %globaltimer in us, modulo 1000 s: the GPUs of one host keep it in step
  * (to within a microsecond or so), so the ranks' lines can be set side by
  * side. */
-static double clock_us(uint64_t ns) { return (double)(ns % 1000000000000ull) / 1e3; }
+static double clock_us(uint64_t ns) {
+  return (double)(ns % 1000000000000ull) / 1e3;
+}
 
 void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
   if (!t->host) return;
@@ -65,8 +67,9 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
       if (r[MEP__EP_T_MID] > mid) mid = r[MEP__EP_T_MID];
       if (r[MEP__EP_T_END] > end) end = r[MEP__EP_T_END];
       if (r[MEP__EP_T_WORK] > work) work = r[MEP__EP_T_WORK];
-      if (r[MEP__EP_T_ENTRY] && r[MEP__EP_T_ENTRY] < e0) e0 = r[MEP__EP_T_ENTRY];
-      if (r[MEP__EP_T_ENTRY] > e1) e1 = r[MEP__EP_T_ENTRY];
+      uint64_t in = r[MEP__EP_T_ENTRY];
+      if (in && in < e0) e0 = in;
+      if (in > e1) e1 = in;
     }
     if (!s1) continue;
     first[k] = s0;
