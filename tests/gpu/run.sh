@@ -177,6 +177,8 @@ if want ep; then
   t ep-cuda-2ranks-reduce 300 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-3ranks-reduce-fault 120 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-4ranks-reduce 400 env MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 4 --quick
+  t ep-cuda-2ranks-reduce-bf16 300 env MEP_EP_COMBINE_REDUCE=1 MEP_EP_COMBINE_PARTIAL=bf16 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  t ep-cuda-3ranks-reduce-bf16-fault 120 env MEP_EP_COMBINE_REDUCE=1 MEP_EP_COMBINE_PARTIAL=bf16 "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-2ranks-push 300 env MEP_EP_COMBINE_REDUCE=0 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-2ranks 300 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-3ranks-fault 120 env MEP_TRANSPORTS=tcp "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
@@ -190,6 +192,7 @@ if want ep; then
   # fault and back-to-back calls in reduce mode, and a group with mapped
   # and proxied peers at once (two hosts of two ranks each)
   t ep-cuda-hosts-2ranks-reduce 300 env MEP_LAUNCH_HOSTS=1 MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
+  t ep-cuda-hosts-2ranks-reduce-bf16 300 env MEP_LAUNCH_HOSTS=1 MEP_EP_COMBINE_REDUCE=1 MEP_EP_COMBINE_PARTIAL=bf16 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-hosts-2ranks-push 300 env MEP_LAUNCH_HOSTS=1 MEP_EP_COMBINE_REDUCE=0 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --quick
   t ep-cuda-tcp-3ranks-reduce-fault 120 env MEP_TRANSPORTS=tcp MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 3 --case fault
   t ep-cuda-tcp-2ranks-reduce-repeat 120 env MEP_TRANSPORTS=tcp MEP_EP_COMBINE_REDUCE=1 "$b/tests/gpu/ep/ep_cuda_test" -n 2 --case repeat
@@ -212,11 +215,13 @@ if want ep; then
   t ep-bench-split 120 $eb --split
   t ep-bench-row 120 $eb --burst 10
   # the same without the early receive launch, and combine's other modes
-  # (A/B): pushed (no reduce); zero-copy reduced, pulled and pushed
+  # (A/B): pushed (no reduce); bf16 partial sums; zero-copy reduced, pulled and pushed
   t ep-bench-row-no-early 120 env MEP_EP_EARLY_RECV=0 $eb --burst 10
   t ep-bench-row-4096 120 $eb --burst 10 --hidden 4096
   t ep-bench-row-push 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10
   t ep-bench-row-push-4096 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10 --hidden 4096
+  t ep-bench-row-bf16 120 env MEP_EP_COMBINE_PARTIAL=bf16 $eb --burst 10
+  t ep-bench-row-bf16-4096 120 env MEP_EP_COMBINE_PARTIAL=bf16 $eb --burst 10 --hidden 4096
   t ep-bench-row-zero-copy 120 $eb --burst 10 --zero-copy
   t ep-bench-row-zero-copy-pull 120 env MEP_EP_COMBINE_REDUCE=0 $eb --burst 10 --zero-copy
   t ep-bench-row-zero-copy-push 120 env MEP_EP_COMBINE_REDUCE=0 MEP_EP_COMBINE_PULL=0 $eb --burst 10 --zero-copy
@@ -225,6 +230,9 @@ if want ep; then
   if [ "$ngpu" -ge 2 ]; then
     t bench-ep 300 python3 scripts/bench-ep.py --json "$out/bench-ep.json" ${EP_BENCH_ARGS:-}
     [ -f "$out/bench-ep.log" ] && cat "$out/bench-ep.log"
+    t bench-ep-bf16 300 env MEP_EP_COMBINE_PARTIAL=bf16 python3 scripts/bench-ep.py \
+      --json "$out/bench-ep-bf16.json" ${EP_BENCH_ARGS:-}
+    [ -f "$out/bench-ep-bf16.log" ] && cat "$out/bench-ep-bf16.log"
     # two GPUs as two hosts: mep through the proxy over tcp against NCCL
     # over sockets
     t bench-ep-hosts 300 python3 scripts/bench-ep.py --hosts --json "$out/bench-ep-hosts.json"

@@ -99,12 +99,7 @@ __global__ void __launch_bounds__(512) combine(mep__ep_kcomb_t k) {
     for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       ep_weighted_sum8(s_row, s_w, topk, q, acc);
-      ep_v16 o;
-      for (int i = 0; i < 4; i++) {
-        __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-        o.w[i] = *reinterpret_cast<uint32_t *>(&b);
-      }
-      ep_st16(out + (size_t)q * 16, o);
+      ep_st16(out + (size_t)q * 16, ep_pack_bf16x8(acc));
     }
     __syncthreads(); /* s_row is rewritten for the next token */
   }

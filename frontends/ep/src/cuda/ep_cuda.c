@@ -30,6 +30,7 @@ struct mep__ep_cuda {
   int sms;
   int early_recv;            /* receive kernels may start early (sm_90+) */
   int pull;                  /* zero-copy combines may pull (ep_cuda.h) */
+  int partial_bf16;          /* MEP_EP_COMBINE_PARTIAL=bf16 (ep_cuda.h) */
   int reduce;                /* combines may reduce (ep_cuda.h): 1 by
                               * the rule, 2 always */
   int cs_resident;           /* combine send blocks the GPU holds at once */
@@ -176,6 +177,14 @@ int mep__ep_cuda_create(mep_ep_buffer_t *b) {
   if (cu->sms < 1) cu->sms = 1;
   cu->early_recv = major >= 9 && !mep__ep_env_off("MEP_EP_EARLY_RECV");
   cu->pull = !mep__ep_env_off("MEP_EP_COMBINE_PULL");
+  const char *part = getenv("MEP_EP_COMBINE_PARTIAL");
+  if (part && *part && strcmp(part, "float") && strcmp(part, "bf16")) {
+    free(cu);
+    return mep_set_error(MEP_ERR_INVALID, 0, "mep_ep_buffer_create on rank "
+                         "%d: MEP_EP_COMBINE_PARTIAL=%s: expected float or "
+                         "bf16", b->rank, part);
+  }
+  cu->partial_bf16 = part && strcmp(part, "bf16") == 0;
   cu->dr_resident =
       cu->sms * mep__ep_dispatch_recv_per_sm(EP_WARP_KERNEL_THREADS);
   int rc = mep_devwin_create(b->comm, (size_t)b->lay.total, &cu->win);
@@ -393,6 +402,7 @@ int mep__ep_cuda_combine(mep_ep_buffer_t *b, const mep_ep_combine_args_t *a,
    * copied there, which measured slower than pushing them (49.0 against
    * 46.0 us, docs/perf.md); a two-phase call's receive, in the hook, only
    * waits. */
+  k.partial_bf16 = cu->partial_bf16;
   k.pull = !k.reduce && cu->pull && c->phases == 3 && x == cu->comb_buf;
   k.x = x;
   k.src_info = a->src_info;

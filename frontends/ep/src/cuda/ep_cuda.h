@@ -129,6 +129,10 @@ typedef struct mep__ep_kcomb {
    * rows of its experts per token, weighted, and sends that one float
    * row instead of one bf16 row per expert */
   int reduce;
+  /* MEP_EP_COMBINE_PARTIAL=bf16: reduce mode's sums cross the link as
+   * bf16 rows (2H bytes) instead of float ones (4H), rounded once more
+   * (docs/ep.md); every rank must set it alike */
+  int partial_bf16;
   unsigned int *red_done;    /* device [ranks]: blocks of the reduce send
                               * for that source that finished */
   /* receive */

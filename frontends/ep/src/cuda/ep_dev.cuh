@@ -4,6 +4,7 @@
 #ifndef MEP_EP_DEV_CUH
 #define MEP_EP_DEV_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "ep_cuda.h"
@@ -73,6 +74,17 @@ __device__ __forceinline__ float ep_bf16_lo(uint32_t w) {
 }
 __device__ __forceinline__ float ep_bf16_hi(uint32_t w) {
   return __uint_as_float(w & 0xffff0000u);
+}
+
+/* Eight floats as eight bf16 (round to nearest even), the first in the
+ * low half of word 0. */
+__device__ __forceinline__ ep_v16 ep_pack_bf16x8(const float *f) {
+  ep_v16 o;
+  for (int i = 0; i < 4; i++) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    o.w[i] = *reinterpret_cast<uint32_t *>(&v);
+  }
+  return o;
 }
 
 /* Rows of a token whose loads a thread has in flight at once. */

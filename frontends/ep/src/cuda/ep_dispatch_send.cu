@@ -1,13 +1,14 @@
 /* ep_dispatch_send.cu - the dispatch kernel's send phase (CUDA path).
  *
- * A block per token at a time: the block's first threads take a slot per
- * top-k expert (an atomic counter per expert and half) and write the
- * token's index into that slot of the destination's dispatch index; then
- * all threads move the row once to every destination rank (not once per
- * expert: with few ranks a token names several experts of each, and
- * NVLink bytes are the cost): bf16 as is, or FP8 codes and one float
- * scale per 128 channels (a group is 8 consecutive threads of a warp, 16
- * channels each). Rows and index words go straight into a mapped peer's
+ * A block per token at a time: all threads move the row once to every
+ * destination rank (not once per expert: with few ranks a token names
+ * several experts of each, and NVLink bytes are the cost): bf16 as is,
+ * or FP8 codes and one float scale per 128 channels (a group is 8
+ * consecutive threads of a warp, 16 channels each; the scales go after
+ * the codes, 16 bytes a store). Meanwhile the first warp's lanes take a
+ * slot per top-k expert (an atomic counter per expert and half) and
+ * write the token's index into that slot of the destination's dispatch
+ * index. Rows and index words go straight into a mapped peer's
  * window, or into this rank's host-part stages followed by proxy puts.
  * The block that finishes last sends every expert of every active rank
  * its count word (seq << 32 | tokens), also "0 tokens": a peer reached
@@ -65,7 +66,8 @@ __device__ __forceinline__ void send_bf16(const uint8_t *row, int hidden,
 
 __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
                                          int round_scale,
-                                         uint8_t *const *ptr, int topk) {
+                                         uint8_t *const *ptr, int topk,
+                                         float *s_scale) {
   int nu = hidden / 16; /* units of 16 channels; 8 make a group */
   for (int base = 0; base < nu; base += blockDim.x) {
     int u = base + (int)threadIdx.x;
@@ -99,13 +101,40 @@ __device__ __forceinline__ void send_fp8(const uint8_t *row, int hidden,
                           __fmul_rn(f[4 * i + 3], scale));
       q.w[i] = lo | (hi << 16);
     }
+    for (int j = 0; j < topk; j++)
+      if (ptr[j]) ep_st16(ptr[j] + MEP_EP_MSG_HEADER + (size_t)u * 16, q);
+    if ((u & 7) == 0) s_scale[u / 8] = s;
+  }
+}
+
+/* The row's scales (s_scale, shared, filled by send_fp8; the caller
+ * synchronised the block) to its destinations, 16 bytes a store where
+ * they fill a vector. Stored one by one, from the lane that had each,
+ * they were 4-byte writes over NVLink, one for every 128 channels. */
+__device__ __forceinline__ void send_scales(const float *s_scale, int hidden,
+                                            uint8_t *const *ptr, int topk) {
+  const int G = hidden / 128, nv = (G + 3) / 4;
+  for (int i = threadIdx.x; i < nv; i += blockDim.x)
     for (int j = 0; j < topk; j++) {
       if (!ptr[j]) continue;
-      ep_st16(ptr[j] + MEP_EP_MSG_HEADER + (size_t)u * 16, q);
-      if ((u & 7) == 0)
-        *(float *)(ptr[j] + MEP_EP_MSG_HEADER + hidden + (u / 8) * 4) = s;
+      float *o = (float *)(ptr[j] + MEP_EP_MSG_HEADER + hidden) + 4 * i;
+      if (4 * i + 4 <= G) {
+        *(float4 *)o = *(const float4 *)(s_scale + 4 * i);
+        continue;
+      }
+      for (int g = 4 * i; g < G; g++) o[g - 4 * i] = s_scale[g];
     }
-  }
+}
+
+/* Dynamic shared memory of the send: the live ranks, then (FP8) a row's
+ * scales. */
+__host__ __device__ __forceinline__ size_t ep_align16(size_t n) {
+  return (n + 15) & ~(size_t)15;
+}
+__host__ __device__ __forceinline__ size_t send_smem(int ranks, int hidden,
+                                                    int fp8) {
+  return ep_align16((size_t)ranks) +
+         (fp8 ? ep_align16((size_t)hidden / 128 * 4) : 0);
 }
 
 /* Expert e's count word: its tokens (at most T) under seq. */
@@ -137,9 +166,10 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   /* The loads a token's sends wait for are issued here, together, rather
    * than one after another: the first token's experts and row (into L2),
    * and which ranks take part (s_live, dynamic shared memory of `ranks`
-   * bytes), which also brings the window's kind and peer words of every
-   * rank into L1 for mep_dev_dst. */
-  extern __shared__ uint8_t s_live[];
+   * bytes, then the row's scales), which also brings the window's kind and
+   * peer words of every rank into L1 for mep_dev_dst. */
+  extern __shared__ __align__(16) uint8_t s_live[];
+  float *s_scale = (float *)(s_live + ep_align16(L->ranks));
   const int tid = threadIdx.x;
   int64_t next_e = -1;
   if (tid < topk && (int)blockIdx.x < k.num_tokens)
@@ -148,72 +178,68 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   for (int r = tid; r < L->ranks; r += blockDim.x)
     s_live[r] = ep_live(c, r) &&
                 (w->kind[r] != MEP_DEV_PTR || w->peer[r] != nullptr);
-  if (tid == 0) ep_stage_gate<kMlx5>(c, 0, deadline);
-  __syncthreads();
-
   __shared__ uint8_t *s_ptr[MEP_EP_STAGE_TOPK];
-  __shared__ int s_dst[MEP_EP_STAGE_TOPK];
   __shared__ int s_any_proxy;
-  /* each of the first topk threads keeps its expert and slot there */
-  int my_el = 0, my_slot = 0;
+  if (tid == 0) {
+    s_any_proxy = 0;
+    ep_stage_gate<kMlx5>(c, 0, deadline);
+  }
+  __syncthreads();
   for (int t = blockIdx.x; t < k.num_tokens; t += gridDim.x) {
-    if (threadIdx.x == 0) s_any_proxy = 0;
     ep_prefetch_row(k.x, t + gridDim.x, k.num_tokens, 2 * H);
-    if ((int)threadIdx.x < topk) {
-      int j = threadIdx.x, dst = -1;
+    /* Warp 0, lane j < topk: expert j. The row goes once to each rank,
+     * from the first of the token's experts there, and its stores go out
+     * before the expert's slot is known: the row's place depends on the
+     * token only, and the slot's atomic (a round trip to L2) is waited
+     * for only by the index word, written after the row. */
+    int dst = -1, el = 0, slot = T;
+    if (tid < 32) {
       int64_t e = next_e;
-      if (t + (int)gridDim.x < k.num_tokens)
-        next_e = k.topk_idx[(size_t)(t + gridDim.x) * topk + j];
-      if (e >= 0 && e < E && s_live[e / nl]) {
-        int slot = atomicAdd(cnt + e, 1);
-        /* more than T only with a token naming one expert twice: the
-         * extra copies are dropped (the count is capped to T too) */
-        if (slot < T) {
-          dst = (int)(e / nl);
-          my_el = (int)(e % nl);
-          my_slot = slot;
-        }
+      if (tid < topk && t + (int)gridDim.x < k.num_tokens)
+        next_e = k.topk_idx[(size_t)(t + gridDim.x) * topk + tid];
+      if (tid < topk && e >= 0 && e < E && s_live[e / nl]) {
+        dst = (int)(e / nl);
+        el = (int)(e % nl);
+        slot = atomicAdd(cnt + e, 1);
       }
-      s_dst[j] = dst;
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < topk) {
-      /* the token's row goes once to each rank, from the first of its
-       * experts there; every expert's slot gets the token's index */
-      int j = threadIdx.x, dst = s_dst[j];
-      uint8_t *p = nullptr;
-      if (dst >= 0) {
-        int first = 1;
-        for (int i = 0; i < j; i++) first &= s_dst[i] != dst;
-        int32_t *ix = (int32_t *)mep_dev_dst(
-            w, dst, mep__ep_disp_index(L, half, my_el, c.rank, my_slot),
-            mep__ep_index_stage(L, dst * nl + my_el, my_slot));
-        *ix = t;
-        if (first)
-          p = mep_dev_dst(w, dst, mep__ep_disp_token(L, half, c.rank, t),
-                          mep__ep_disp_stage(L, t, j));
-        if (w->kind[dst] != MEP_DEV_PTR) s_any_proxy = 1;
-      }
-      s_ptr[j] = p;
+      const unsigned same = __match_any_sync(0xffffffffu, dst);
+      const bool first = dst >= 0 && (same & ((1u << tid) - 1)) == 0;
+      if (tid < topk)
+        s_ptr[tid] =
+            first ? mep_dev_dst(w, dst, mep__ep_disp_token(L, half, c.rank, t),
+                                mep__ep_disp_stage(L, t, tid))
+                  : nullptr;
+      const bool proxy = dst >= 0 && w->kind[dst] != MEP_DEV_PTR;
+      if (__any_sync(0xffffffffu, proxy) && tid == 0) s_any_proxy = 1;
     }
     __syncthreads();
     const uint8_t *row = (const uint8_t *)k.x + (size_t)t * 2 * H;
     if (k.fp8)
-      send_fp8(row, H, k.round_scale, s_ptr, topk);
+      send_fp8(row, H, k.round_scale, s_ptr, topk, s_scale);
     else
       send_bf16(row, H, s_ptr, topk);
+    /* more than T only with a token naming one expert twice: the extra
+     * copies are dropped (the count is capped to T too) */
+    if (slot < T)
+      *(int32_t *)mep_dev_dst(
+          w, dst, mep__ep_disp_index(L, half, el, c.rank, slot),
+          mep__ep_index_stage(L, dst * nl + el, slot)) = t;
+    if (k.fp8) {
+      __syncthreads();
+      send_scales(s_scale, H, s_ptr, topk);
+    }
     /* a staged message is read by the proxy on the host: every writer
      * fences at system scope before the put is queued. Mapped peers need
      * nothing here: the count signal's fence covers them. */
-    if (s_any_proxy) __threadfence_system();
+    const bool any_proxy = s_any_proxy;
+    if (any_proxy) __threadfence_system();
     __syncthreads();
     /* the index words go after every token (below) */
-    if ((int)threadIdx.x < topk && s_ptr[threadIdx.x]) {
-      int j = threadIdx.x, dst = s_dst[j];
+    if (tid < topk && s_ptr[tid])
       (void)mep_dev_put<kMlx5>(w, dst, mep__ep_disp_token(L, half, c.rank, t),
-                               mep__ep_disp_stage(L, t, j), len, deadline);
-    }
-    __syncthreads(); /* s_ptr and s_dst are rewritten for the next token */
+                               mep__ep_disp_stage(L, t, tid), len, deadline);
+    if (tid == 0) s_any_proxy = 0;
+    __syncthreads(); /* s_ptr and s_scale are rewritten for the next token */
   }
 
   ep_trace(c, MEP__EP_DS, MEP__EP_T_MID);
@@ -280,5 +306,6 @@ extern "C" int mep__ep_launch_dispatch_send(const mep__ep_kdisp_t *k,
                                             void *stream) {
   return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5),
                    dim3((unsigned)k->send_blocks), k->send_threads,
-                   (size_t)k->c.lay.ranks, 0, stream, *k);
+                   mep::ep::send_smem(k->c.lay.ranks, k->c.lay.hidden, k->fp8),
+                   0, stream, *k);
 }

@@ -82,19 +82,22 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
       for (int i = 0; i < s_nr; i++) {
         if (!s_ok[i]) continue;
         const int r = s_rank[i];
-        const float4 *p = (const float4 *)mep_dev_src(
-                              w, r, mep__ep_comb_part(L, half, r, t)) +
-                          (size_t)q * 2;
+        const uint8_t *part =
+            mep_dev_src(w, r, mep__ep_comb_part(L, half, r, t));
+        if (k.partial_bf16) {
+          const ep_v16 v = ep_ld16_cg(part + (size_t)q * 16);
+          for (int i = 0; i < 4; i++) {
+            acc[2 * i] += ep_bf16_lo(v.w[i]);
+            acc[2 * i + 1] += ep_bf16_hi(v.w[i]);
+          }
+          continue;
+        }
+        const float4 *p = (const float4 *)part + (size_t)q * 2;
         const float4 a = __ldcg(p), b = __ldcg(p + 1);
         acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
         acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
       }
-      ep_v16 o;
-      for (int i = 0; i < 4; i++) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-        o.w[i] = *reinterpret_cast<uint32_t *>(&v);
-      }
-      ep_st16(out + (size_t)q * 16, o);
+      ep_st16(out + (size_t)q * 16, ep_pack_bf16x8(acc));
     }
     __syncthreads(); /* the shared lists are rewritten for the next token */
   }

@@ -273,11 +273,15 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     if (s_any) {
       const uint64_t at = mep__ep_comb_part(L, half, c.rank, t);
       const uint64_t stage = mep__ep_red_pstage(L, s, t);
-      float *dst = (float *)mep_dev_dst(w, s, at, stage);
+      uint8_t *dst = mep_dev_dst(w, s, at, stage);
       for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         ep_weighted_sum8(s_row, s_w, K, q, acc);
-        float4 *o = (float4 *)(dst + (size_t)q * 8);
+        if (k.partial_bf16) {
+          ep_st16(dst + (size_t)q * 16, ep_pack_bf16x8(acc));
+          continue;
+        }
+        float4 *o = (float4 *)(dst + (size_t)q * 32);
         o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
       }
@@ -285,7 +289,8 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
       __syncthreads();
       if (threadIdx.x == 0) {
         if (proxied)
-          (void)mep_dev_put<false>(w, s, at, stage, 4 * (uint64_t)H,
+          (void)mep_dev_put<false>(w, s, at, stage,
+                                   (k.partial_bf16 ? 2 : 4) * (uint64_t)H,
                                    deadline);
         else
           (void)mep_dev_signal<false>(
