@@ -22,6 +22,11 @@
 #define EP_WARP_KERNEL_THREADS MEP__EP_WARP_THREADS
 /* Most blocks on one (expert, source) pair or one expert. */
 #define EP_MAX_SPLIT 32
+/* (expert, source) pairs of a dispatch receive's group of experts: on 2
+ * H200s, 8 measured best at hidden 7168, 2 (one expert) at 4096 by less;
+ * 256 (every block polls every count word) took 1.5 times as long
+ * (docs/perf.md) */
+#define EP_RECV_PAIRS 8
 
 struct mep__ep_cuda {
   mep_devwin_t *win;
@@ -340,19 +345,23 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
   /* send: a block per token (the last one also sends every count) */
   k.send_threads = row_threads(k.fp8 ? l->hidden / 16 : l->hidden / 8);
   k.send_blocks = clampi(a->num_tokens, 1, 4 * cu->sms);
-  /* receive: enough blocks per expert to fill the GPU twice, not more
-   * than one warp per (message, chunk) would use (ep_dispatch_recv.cu) */
+  /* receive: groups of experts whose blocks share the rows out, as many
+   * as make EP_RECV_PAIRS (expert, source) pairs, whose count words each
+   * block polls (ep_dispatch_recv.cu). Enough blocks per group to fill
+   * the GPU (one wave: see there), not more than one warp per (message,
+   * chunk) would use. */
   int warps = EP_WARP_KERNEL_THREADS / 32;
-  int64_t rows = (int64_t)l->ranks * l->tokens;
-  int split = (2 * cu->sms + l->local - 1) / l->local;
+  int g = clampi(EP_RECV_PAIRS / l->ranks, 1, l->local);
+  int groups = (l->local + g - 1) / g;
+  int64_t rows = (int64_t)g * l->ranks * l->tokens;
   int64_t units = k.fp8 ? l->hidden / 16 : l->hidden / 8;
   int64_t chunks = (units + MEP__EP_CHUNK_UNITS - 1) / MEP__EP_CHUNK_UNITS;
   int64_t need = (rows * chunks + warps - 1) / warps;
-  if (split > need) split = (int)need;
-  /* one wave (see ep_dispatch_recv.cu) */
-  if (cu->dr_resident > 0 && (int64_t)split * l->local > cu->dr_resident)
-    split = cu->dr_resident / l->local;
-  k.recv_split = clampi(split, 1, EP_MAX_SPLIT);
+  int64_t split = cu->dr_resident > 0 ? cu->dr_resident / groups
+                                      : (2 * cu->sms + groups - 1) / groups;
+  if (split > need) split = need;
+  k.recv_group = g;
+  k.recv_split = clampi((int)split, 1, EP_MAX_SPLIT * g);
   k.recv_threads = EP_WARP_KERNEL_THREADS;
 
   if (c->phases & 1) {
@@ -361,7 +370,7 @@ int mep__ep_cuda_dispatch(mep_ep_buffer_t *b, const mep_ep_dispatch_args_t *a,
                   "mep_ep_dispatch: launching the send kernel");
     if (rc) return rc;
   }
-  cu->trace.blocks[MEP__EP_DR] = k.recv_split * l->local;
+  cu->trace.blocks[MEP__EP_DR] = k.recv_split * groups;
   if (c->phases & 2)
     rc = launched(b, mep__ep_launch_dispatch_recv(&k, a->stream),
                   "mep_ep_dispatch: launching the receive kernel");

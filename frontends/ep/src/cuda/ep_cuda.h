@@ -106,7 +106,8 @@ typedef struct mep__ep_kdisp {
   int32_t *recv_stats;       /* device [local] or NULL: += recv_count */
   /* launch shape */
   int send_blocks, send_threads;
-  int recv_split, recv_threads; /* blocks per local expert, threads each */
+  int recv_group;             /* local experts whose blocks share rows */
+  int recv_split, recv_threads; /* blocks per group, threads each */
 } mep__ep_kdisp_t;
 
 typedef struct mep__ep_kcomb {

@@ -1,11 +1,12 @@
 /* ep_dispatch_recv.cu - the dispatch kernel's receive phase (CUDA path).
  *
- * Grid: split blocks x local experts. Every block of an expert waits for
- * each active source's count word (a source that misses the deadline is
- * cleared in active) and lays the sources out in rank order; block 0
- * writes layout_range and recv_count. Then the expert's blocks copy the
- * rows out, a warp per (expert, slot, chunk of the row), reading the
- * token's row the index names. The send is in ep_dispatch_send.cu. */
+ * Grid: split blocks x groups of local experts. Every block of a group
+ * waits for each active source's count word for each of the group's
+ * experts (a source that misses the deadline is cleared in active) and
+ * lays the sources out in rank order; block 0 writes layout_range and
+ * recv_count. Then the group's blocks copy the rows out, a warp per
+ * (expert, slot, chunk of the row), reading the token's row the index
+ * names. The send is in ep_dispatch_send.cu. */
 #include "ep_dev.cuh"
 
 namespace mep::ep {
@@ -93,9 +94,14 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
   }
 }
 
-/* The counts of every source for expert el as this block sees them, in
- * s_lr (shared, [ranks], packed as layout_range); block 0 of the expert
- * (publish) stores them in layout_range too. Returns the expert's total.
+/* The counts of every source for the experts el0 .. el0 + P / R - 1 (a
+ * group: pair p is expert el0 + p / R, source p % R) as this block sees
+ * them: s_lr[p] packed as layout_range (the first row within the expert,
+ * the count) and s_flat[p] the pair's first row among the group's (shared,
+ * [P] each). The group's blocks share its rows out among all their warps,
+ * so that an expert which got many rows does not keep its own few blocks
+ * busy after the others' are done. Block 0 of the group (publish) stores
+ * layout_range and recv_count too.
  * Each block reads the count words itself rather than wait for block 0
  * to publish them: that hand-off (block 0's fence and release, the
  * siblings' acquire and reload) sat between the last count and the first
@@ -103,30 +109,29 @@ __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
  * them all lays the rows out alike; a failed wait, after which views may
  * differ, marks the call (dr_lost) and the last block redoes the copy
  * from block 0's layout. */
-__device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
-                           int el, uint64_t deadline, int64_t *s_lr,
-                           bool publish, bool first) {
+__device__ void recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
+                            int el0, int P, uint64_t deadline, int64_t *s_lr,
+                            int *s_flat, bool publish, bool first) {
   const mep__ep_kcommon_t &c = k.c;
   const mep__ep_layout_t *L = &c.lay;
   const int R = L->ranks, T = L->tokens;
-  int64_t *lr = k.layout_range + (size_t)el * R;
   int running = 0;
-  for (int base = 0; base < R; base += blockDim.x) {
-    int s = base + (int)threadIdx.x, n = 0, chunk = 0;
-    if (s < R && ep_live(c, s)) {
-      const uint64_t *p = (const uint64_t *)mep_dev_src(
-          c.win, s, mep__ep_disp_count(L, half, el, s));
+  for (int base = 0; base < P; base += blockDim.x) {
+    const int p = base + (int)threadIdx.x, s = p % R;
+    int n = 0, chunk = 0;
+    if (p < P && ep_live(c, s)) {
+      const uint64_t *w = (const uint64_t *)mep_dev_src(
+          c.win, s, mep__ep_disp_count(L, half, el0 + p / R, s));
       /* a source without mapped memory put its index words and other
        * count words before it signalled the last one, and only the
-       * signal orders them after its rows (ep_dispatch_send.cu); one
-       * block polls that one */
+       * signal orders them after its rows (ep_dispatch_send.cu) */
       const uint64_t *last = (const uint64_t *)mep_dev_src(
           c.win, s, mep__ep_disp_count(L, half, L->local - 1, s));
       uint64_t word = 0;
       if ((c.win->kind[s] == MEP_DEV_PTR ||
            ep_wait_host(c, MEP__EP_DR, first, last, s, seq, deadline,
                         &word)) &&
-          ep_wait_word(p, seq, c.active, s, deadline, &word)) {
+          ep_wait_word(w, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
       } else {
@@ -134,63 +139,78 @@ __device__ int recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
       }
     }
     int excl = block_excl_scan(n, &chunk);
-    if (s < R) {
-      int64_t v = mep__ep_lr_pack((uint32_t)(running + excl), n);
-      s_lr[s] = v;
-      if (publish) lr[s] = v;
+    if (p < P) {
+      s_flat[p] = running + excl;
+      s_lr[p] = n; /* the count, until the expert's first row is known */
     }
     running += chunk;
   }
+  __syncthreads(); /* s_flat is complete */
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int e0 = p - p % R, el = el0 + p / R;
+    const int n = (int)s_lr[p], begin = s_flat[p] - s_flat[e0];
+    s_lr[p] = mep__ep_lr_pack((uint32_t)begin, n);
+    if (!publish) continue;
+    k.layout_range[(size_t)el * R + p % R] = s_lr[p];
+    if (p % R == R - 1) {
+      k.recv_count[el] = begin + n;
+      if (k.recv_stats) k.recv_stats[el] += begin + n;
+    }
+  }
   __syncthreads(); /* s_lr is complete */
-  return running;
 }
 
-/* Warp gw of GW copies its share of expert el's rows, laid out by lr:
- * the block's view in shared memory, or (kShared false) layout_range as
- * other blocks wrote it. */
+/* Warp gw of GW copies its share of the rows of pairs 0 .. P - 1 from
+ * expert el0 on (as recv_layout numbers them), laid out by lr: the
+ * block's view in shared memory, or (kShared false) layout_range as
+ * other blocks wrote it. The (row, chunk) items of the pairs, in order,
+ * go round-robin over the warps; a warp walks to its next item without a
+ * division: two 64-bit remainders per pair in every warp made a dispatch
+ * with groups of 16 pairs 7 us slower (docs/perf.md). At most P * T * C
+ * items: int. */
 template <bool kShared>
-__device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el,
-                          const int64_t *lr, int gw, int GW) {
+__device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el0,
+                          const int64_t *lr, int P, int gw, int GW) {
   const int R = k.c.lay.ranks;
   const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
-  for (int s = 0; s < R; s++) {
-    int64_t v = kShared ? lr[s] : __ldcg(lr + s);
-    int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
-    if (n <= 0) continue;
-    /* the (row, chunk) items of the whole expert go round-robin over its
-     * warps */
-    const int64_t items = (int64_t)n * C;
-    int64_t first = ((gw - (int64_t)begin * C) % GW + GW) % GW;
-    for (int64_t j = first; j < items; j += GW)
-      recv_chunk(k, half, el, s, (int)(j / C), begin + (int)(j / C),
-                 (int)(j % C));
+  int q = 0, next = gw; /* items of the pairs before p; this warp's next */
+  for (int p = 0; p < P; p++) {
+    int64_t v = kShared ? lr[p] : __ldcg(lr + p);
+    const int n = (int)mep__ep_lr_count(v), begin = (int)mep__ep_lr_begin(v);
+    const int end = q + (n > 0 ? n : 0) * C;
+    for (; next < end; next += GW) {
+      const int row = (next - q) / C;
+      recv_chunk(k, half, el0 + p / R, p % R, row, begin + row,
+                 next - q - row * C);
+    }
+    q = end;
   }
 }
 
 /* recv_threads is MEP__EP_WARP_THREADS (ep_cuda.c); three blocks an SM,
  * so that the grid the host sizes (a few blocks per expert) is resident
  * at once: a block that waits for the counts holds its SM, and blocks of
- * a second wave would start only after the first ones' copies. Dynamic
- * shared memory: the block's layout, 8 bytes per rank. Named as the
- * send's kernel (ep_dev.cuh: kernel names). */
+ * a second wave would start only after the first ones' copies. Grid:
+ * recv_split blocks x groups of recv_group local experts. Dynamic shared
+ * memory: the block's layout, 12 bytes per (expert, source) pair of its
+ * group. Named as the send's kernel (ep_dev.cuh: kernel names). */
 template <bool kMlx5>
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     dispatch(mep__ep_kdisp_t k) {
   const mep__ep_kcommon_t &c = k.c;
   const auto [L, w, seq, half, deadline] = ep_start(c, MEP__EP_DR);
-  const int el = blockIdx.y, y = blockIdx.x, Y = gridDim.x;
+  const int R = L->ranks, el0 = blockIdx.y * k.recv_group;
+  const int P = min(k.recv_group, L->local - el0) * R;
+  const int y = blockIdx.x, Y = gridDim.x;
   const int W = blockDim.x >> 5, warp = (int)(threadIdx.x >> 5);
   extern __shared__ int64_t s_lr[];
+  int *s_flat = (int *)(s_lr + P);
 
   ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
-  int total = recv_layout(k, seq, half, el, deadline, s_lr, y == 0,
-                          y == 0 && el == 0);
-  if (y == 0 && threadIdx.x == 0) {
-    k.recv_count[el] = total;
-    if (k.recv_stats) k.recv_stats[el] += total;
-  }
+  recv_layout(k, seq, half, el0, P, deadline, s_lr, s_flat, y == 0,
+              y == 0 && el0 == 0);
   ep_trace(c, MEP__EP_DR, MEP__EP_T_MID);
-  recv_rows<true>(k, half, el, s_lr, y * W + warp, Y * W);
+  recv_rows<true>(k, half, el0, s_lr, P, y * W + warp, Y * W);
   ep_trace(c, MEP__EP_DR, MEP__EP_T_WORK);
 
   /* what the blocks wrote is read on this GPU, after the kernel (or here,
@@ -199,7 +219,7 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     /* every other block is done and its writes are visible here */
     if (*(volatile unsigned int *)&c.st->dr_lost) {
       for (int e = 0; e < L->local; e++)
-        recv_rows<false>(k, half, e, k.layout_range + (size_t)e * L->ranks,
+        recv_rows<false>(k, half, e, k.layout_range + (size_t)e * R, R,
                          warp, W);
       __syncthreads();
       if (threadIdx.x == 0) c.st->dr_lost = 0u;
@@ -214,9 +234,11 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
 
 extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
                                             void *stream) {
-  dim3 grid((unsigned)k->recv_split, (unsigned)k->c.lay.local);
+  const int g = k->recv_group, nl = k->c.lay.local;
+  dim3 grid((unsigned)k->recv_split, (unsigned)((nl + g - 1) / g));
   return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5), grid,
-                   k->recv_threads, (size_t)k->c.lay.ranks * sizeof(int64_t),
+                   k->recv_threads,
+                   (size_t)g * k->c.lay.ranks * (sizeof(int64_t) + sizeof(int)),
                    k->c.early_recv, stream, *k);
 }
 
