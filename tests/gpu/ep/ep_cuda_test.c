@@ -21,6 +21,8 @@
  *             three combines
  *   graph     dispatch and combine captured in CUDA graphs, replayed 3
  *             times with new inputs copied into the captured buffers
+ *   env       MEP_EP_COMBINE_PARTIAL: bad values refused at creation
+ *             (MEP_ERR_INVALID), good ones taken
  *   fault     the last rank never calls dispatch: the others return within
  *             the timeout + a margin, clear it in active_ranks, and their
  *             results over the rest are right
@@ -552,6 +554,49 @@ static int case_fault(rt_t *r) {
   return 0;
 }
 
+/* A bad MEP_EP_COMBINE_PARTIAL fails the buffer's creation on every rank
+ * with MEP_ERR_INVALID and a message naming it; a good one creates it.
+ * The variable is put back as it was. */
+static int case_env(rt_t *r) {
+  const char *was = getenv("MEP_EP_COMBINE_PARTIAL");
+  char *keep = was ? strdup(was) : NULL;
+  mep_ep_config_t cfg = {.struct_size = sizeof cfg,
+                         .max_tokens_per_rank = 16,
+                         .hidden = 256,
+                         .num_experts = 4 * r->n,
+                         .flags = MEP_EP_CUDA};
+  static const char *const bad[] = {"fp16", "BF16", "bf16 "};
+  ep_case_t c = {.ranks = r->n, .max_tokens = 16, .hidden = 256,
+                 .experts = 4 * r->n};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    mep_ep_buffer_t *ep = NULL;
+    setenv("MEP_EP_COMBINE_PARTIAL", bad[i], 1);
+    int rc = mep_ep_buffer_create(r->comm, &cfg, &ep);
+    char why[200];
+    snprintf(why, sizeof why, "MEP_EP_COMBINE_PARTIAL=\"%s\": rc %d (%s)",
+             bad[i], rc, rc ? mep_last_error() : "created");
+    verdict(r, rc != MEP_ERR_INVALID || ep ||
+                   !strstr(mep_last_error(), "MEP_EP_COMBINE_PARTIAL"),
+            "env: a bad value is refused", &c, why);
+    if (ep) mep_ep_buffer_destroy(ep);
+  }
+  static const char *const good[] = {"bf16", "float", ""};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    mep_ep_buffer_t *ep = NULL;
+    setenv("MEP_EP_COMBINE_PARTIAL", good[i], 1);
+    int rc = mep_ep_buffer_create(r->comm, &cfg, &ep);
+    char why[200];
+    snprintf(why, sizeof why, "MEP_EP_COMBINE_PARTIAL=\"%s\": rc %d (%s)",
+             good[i], rc, rc ? mep_last_error() : "created");
+    verdict(r, rc != MEP_OK || !ep, "env: a good value is taken", &c, why);
+    if (ep) mep_ep_buffer_destroy(ep);
+  }
+  if (keep) setenv("MEP_EP_COMBINE_PARTIAL", keep, 1);
+  else unsetenv("MEP_EP_COMBINE_PARTIAL");
+  free(keep);
+  return 0;
+}
+
 static int selected(const rt_t *r, const char *name) {
   return !r->o->only || !strcmp(r->o->only, name);
 }
@@ -573,6 +618,7 @@ static int body(mep_comm_t *comm, mep_store_t *store, void *arg) {
   if (!rc && selected(r, "mixed")) rc = case_mixed(r);
   if (!rc && selected(r, "repeat")) rc = case_repeat(r);
   if (!rc && selected(r, "graph")) rc = case_graph(r);
+  if (!rc && selected(r, "env")) rc = case_env(r);
   if (!rc && selected(r, "fault")) rc = case_fault(r);
   printf("rank %d: %d passed, %d failed%s\n", r->rank, r->passed, r->failed,
          rc ? " (stopped by an error)" : "");
@@ -597,7 +643,7 @@ static int usage(FILE *f, int code) {
           "reference.\n"
           "  -n N        ranks (default 2); GPU of a rank: rank %% GPUs\n"
           "  --case NAME only one case: sweep, phases, zerocopy, mixed, repeat, "
-          "graph, fault\n"
+          "graph, env, fault\n"
           "  --quick     fewer shapes in the sweep\n"
           "  --seed S    inputs' seed (default: the time)\n"
           "Exits 77 without a usable GPU; MEP_TRANSPORTS=tcp forces the "
@@ -618,7 +664,7 @@ int main(int argc, char **argv) {
     else return usage(stderr, 2);
   }
   static const char *cases[] = {"sweep",  "phases", "zerocopy", "mixed",
-                                "repeat", "graph",  "fault"};
+                                "repeat", "graph",  "env",      "fault"};
   int known = !o.only;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     known |= o.only && !strcmp(o.only, cases[i]);

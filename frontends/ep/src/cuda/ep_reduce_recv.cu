@@ -86,9 +86,9 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
             mep_dev_src(w, r, mep__ep_comb_part(L, half, r, t));
         if (k.partial_bf16) {
           const ep_v16 v = ep_ld16_cg(part + (size_t)q * 16);
-          for (int i = 0; i < 4; i++) {
-            acc[2 * i] += ep_bf16_lo(v.w[i]);
-            acc[2 * i + 1] += ep_bf16_hi(v.w[i]);
+          for (int u = 0; u < 4; u++) {
+            acc[2 * u] += ep_bf16_lo(v.w[u]);
+            acc[2 * u + 1] += ep_bf16_hi(v.w[u]);
           }
           continue;
         }
