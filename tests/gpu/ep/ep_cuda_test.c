@@ -554,9 +554,27 @@ static int case_fault(rt_t *r) {
   return 0;
 }
 
-/* A bad MEP_EP_COMBINE_PARTIAL fails the buffer's creation on every rank
- * with MEP_ERR_INVALID and a message naming it; a good one creates it.
- * The variable is put back as it was. */
+/* Creates a buffer with MEP_EP_COMBINE_PARTIAL=value: it must be created
+ * (good) or refused with MEP_ERR_INVALID and a message naming the
+ * variable. */
+static void env_try(rt_t *r, const mep_ep_config_t *cfg, const ep_case_t *c,
+                    const char *value, int good) {
+  mep_ep_buffer_t *ep = NULL;
+  setenv("MEP_EP_COMBINE_PARTIAL", value, 1);
+  int rc = mep_ep_buffer_create(r->comm, cfg, &ep);
+  int bad = good ? rc != MEP_OK || !ep
+                 : rc != MEP_ERR_INVALID || ep ||
+                       !strstr(mep_last_error(), "MEP_EP_COMBINE_PARTIAL");
+  char why[200];
+  snprintf(why, sizeof why, "MEP_EP_COMBINE_PARTIAL=\"%s\": rc %d (%s)",
+           value, rc, rc ? mep_last_error() : "created");
+  verdict(r, bad, good ? "env: a good value is taken"
+                       : "env: a bad value is refused", c, why);
+  if (ep) mep_ep_buffer_destroy(ep);
+}
+
+/* Bad values of MEP_EP_COMBINE_PARTIAL fail the buffer's creation on
+ * every rank, good ones do not; the variable is put back as it was. */
 static int case_env(rt_t *r) {
   const char *was = getenv("MEP_EP_COMBINE_PARTIAL");
   char *keep = was ? strdup(was) : NULL;
@@ -565,32 +583,14 @@ static int case_env(rt_t *r) {
                          .hidden = 256,
                          .num_experts = 4 * r->n,
                          .flags = MEP_EP_CUDA};
-  static const char *const bad[] = {"fp16", "BF16", "bf16 "};
   ep_case_t c = {.ranks = r->n, .max_tokens = 16, .hidden = 256,
                  .experts = 4 * r->n};
-  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    mep_ep_buffer_t *ep = NULL;
-    setenv("MEP_EP_COMBINE_PARTIAL", bad[i], 1);
-    int rc = mep_ep_buffer_create(r->comm, &cfg, &ep);
-    char why[200];
-    snprintf(why, sizeof why, "MEP_EP_COMBINE_PARTIAL=\"%s\": rc %d (%s)",
-             bad[i], rc, rc ? mep_last_error() : "created");
-    verdict(r, rc != MEP_ERR_INVALID || ep ||
-                   !strstr(mep_last_error(), "MEP_EP_COMBINE_PARTIAL"),
-            "env: a bad value is refused", &c, why);
-    if (ep) mep_ep_buffer_destroy(ep);
-  }
+  static const char *const bad[] = {"fp16", "BF16", "bf16 "};
   static const char *const good[] = {"bf16", "float", ""};
-  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
-    mep_ep_buffer_t *ep = NULL;
-    setenv("MEP_EP_COMBINE_PARTIAL", good[i], 1);
-    int rc = mep_ep_buffer_create(r->comm, &cfg, &ep);
-    char why[200];
-    snprintf(why, sizeof why, "MEP_EP_COMBINE_PARTIAL=\"%s\": rc %d (%s)",
-             good[i], rc, rc ? mep_last_error() : "created");
-    verdict(r, rc != MEP_OK || !ep, "env: a good value is taken", &c, why);
-    if (ep) mep_ep_buffer_destroy(ep);
-  }
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    env_try(r, &cfg, &c, bad[i], 0);
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+    env_try(r, &cfg, &c, good[i], 1);
   if (keep) setenv("MEP_EP_COMBINE_PARTIAL", keep, 1);
   else unsetenv("MEP_EP_COMBINE_PARTIAL");
   free(keep);
