@@ -96,6 +96,12 @@ MEP_EP_HD uint64_t mep__ep_align(uint64_t v) {
   return (v + MEP_EP_ALIGN - 1) / MEP_EP_ALIGN * MEP_EP_ALIGN;
 }
 
+/* v rounded up to 16 bytes (a vector's alignment), for the CUDA path's
+ * state and shared-memory layouts. */
+MEP_EP_HD uint64_t mep__ep_round16(uint64_t v) {
+  return (v + 15) & ~(uint64_t)15;
+}
+
 /* Fills *l; the caller has validated the parameters. */
 MEP_EP_HD void mep__ep_layout(mep__ep_layout_t *l, int ranks, int tokens,
                               int hidden, int experts) {

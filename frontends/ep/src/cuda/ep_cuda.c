@@ -60,15 +60,15 @@ static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
                        rank, what, cudaGetErrorString(e));
 }
 
-static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
 /* The state's allocation: dstate, slots, pair_done, red_done, seen. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   const mep__ep_layout_t *l = &b->lay;
-  size_t o_slots = round16(sizeof(mep__ep_dstate_t));
-  size_t o_pair = o_slots + round16(2 * (size_t)l->experts * sizeof(int));
-  size_t o_red = o_pair + round16((size_t)l->local * l->ranks * 4);
-  size_t o_seen = o_red + round16((size_t)l->ranks * 4);
+  size_t o_slots = mep__ep_round16(sizeof(mep__ep_dstate_t));
+  size_t o_pair =
+      o_slots + mep__ep_round16(2 * (size_t)l->experts * sizeof(int));
+  size_t o_red = o_pair + mep__ep_round16((size_t)l->local * l->ranks * 4);
+  size_t o_seen = o_red + mep__ep_round16((size_t)l->ranks * 4);
   size_t bytes = o_seen + (size_t)MEP__EP_KINDS * l->ranks * 8;
   void *mem = NULL;
   cudaError_t e = cudaMalloc(&mem, bytes);

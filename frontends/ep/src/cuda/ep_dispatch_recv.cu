@@ -120,7 +120,7 @@ __device__ void recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
     const int p = base + (int)threadIdx.x, s = p % R;
     int n = 0, chunk = 0;
     if (p < P && ep_live(c, s)) {
-      const uint64_t *w = (const uint64_t *)mep_dev_src(
+      const uint64_t *cw = (const uint64_t *)mep_dev_src(
           c.win, s, mep__ep_disp_count(L, half, el0 + p / R, s));
       /* a source without mapped memory put its index words and other
        * count words before it signalled the last one, and only the
@@ -131,7 +131,7 @@ __device__ void recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
       if ((c.win->kind[s] == MEP_DEV_PTR ||
            ep_wait_host(c, MEP__EP_DR, first, last, s, seq, deadline,
                         &word)) &&
-          ep_wait_word(w, seq, c.active, s, deadline, &word)) {
+          ep_wait_word(cw, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
       } else {

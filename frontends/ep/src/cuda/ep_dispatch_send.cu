@@ -128,13 +128,10 @@ __device__ __forceinline__ void send_scales(const float *s_scale, int hidden,
 
 /* Dynamic shared memory of the send: the live ranks, then (FP8) a row's
  * scales. */
-__host__ __device__ __forceinline__ size_t ep_align16(size_t n) {
-  return (n + 15) & ~(size_t)15;
-}
 __host__ __device__ __forceinline__ size_t send_smem(int ranks, int hidden,
                                                     int fp8) {
-  return ep_align16((size_t)ranks) +
-         (fp8 ? ep_align16((size_t)hidden / 128 * 4) : 0);
+  return mep__ep_round16((uint64_t)ranks) +
+         (fp8 ? mep__ep_round16((uint64_t)hidden / 128 * 4) : 0);
 }
 
 /* Expert e's count word: its tokens (at most T) under seq. */
@@ -169,7 +166,7 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
    * bytes, then the row's scales), which also brings the window's kind and
    * peer words of every rank into L1 for mep_dev_dst. */
   extern __shared__ __align__(16) uint8_t s_live[];
-  float *s_scale = (float *)(s_live + ep_align16(L->ranks));
+  float *s_scale = (float *)(s_live + mep__ep_round16(L->ranks));
   const int tid = threadIdx.x;
   int64_t next_e = -1;
   if (tid < topk && (int)blockIdx.x < k.num_tokens)

@@ -40,7 +40,6 @@ static int fail(mep_ep_normal_t *b, int code, cudaError_t e,
                        "%s: %s", b->rank, what, cudaGetErrorString(e));
 }
 
-static size_t round16(size_t v) { return (v + 15) & ~(size_t)15; }
 
 int mep__epn_cuda_create(mep_ep_normal_t *b) {
   int R = b->size;
@@ -59,8 +58,8 @@ int mep__epn_cuda_create(mep_ep_normal_t *b) {
   if (e != cudaSuccess)
     return fail(b, MEP_ERR_UNSUPPORTED, e, "no usable CUDA device");
   cu->wide_recv = !mep__ep_env_off("MEP_EP_NORMAL_WIDE_RECV");
-  size_t rr = (size_t)R, o_act = round16(sizeof(mep__epn_state_t));
-  size_t o_rpm = o_act + round16(rr * 4);
+  size_t rr = (size_t)R, o_act = mep__ep_round16(sizeof(mep__epn_state_t));
+  size_t o_rpm = o_act + mep__ep_round16(rr * 4);
   size_t bytes = o_rpm + (rr * rr + rr) * 4;
   cu->host = malloc((rr * rr + rr) * 4);
   if (!cu->host)
