@@ -84,6 +84,24 @@ __device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
   return v;
 }
 
+/* A warp's float sums of 32 consecutive units (8 channels each, lane i
+ * unit i: 1 KB at dst) go out as 16 contiguous bytes per lane and
+ * instruction, through `st` (64 float4 of shared memory of the warp's
+ * own); n: the float4s of the 64 that exist (the row's end). Stored from
+ * each lane's registers, an instruction wrote 16 of every 32 bytes, and
+ * NVLink carried each line in two halves. */
+__device__ __forceinline__ void red_store_f32x8(const float acc[8],
+                                                float4 *st, uint8_t *dst,
+                                                int n, int lane) {
+  st[2 * lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  st[2 * lane + 1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  __syncwarp();
+  float4 *o = (float4 *)dst;
+  if (lane < n) o[lane] = st[lane];
+  if (32 + lane < n) o[32 + lane] = st[32 + lane];
+  __syncwarp(); /* st is rewritten by the next call */
+}
+
 /* Blocks of the send that publish the weights first: the lowest linear
  * indices, which start first; the grid is resident at once (ep_cuda.c
  * sizes it), so a block that then waits for weights never holds out
@@ -224,6 +242,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   __shared__ const uint8_t *s_row[MEP_EP_STAGE_TOPK];
   __shared__ float s_w[MEP_EP_STAGE_TOPK];
   __shared__ int s_any, s_lost;
+  __shared__ float4 s_out[RED_THREADS / 32 * 64]; /* red_store_f32x8 */
 
   ep_trace(c, MEP__EP_CS, MEP__EP_T_START);
   if (threadIdx.x == 0) {
@@ -274,16 +293,17 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
       const uint64_t at = mep__ep_comb_part(L, half, c.rank, t);
       const uint64_t stage = mep__ep_red_pstage(L, s, t);
       uint8_t *dst = mep_dev_dst(w, s, at, stage);
-      for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
+      const int nq = H / 8; /* 16-byte units of a bf16 row */
+      for (int qb = warp * 32; qb < nq; qb += W * 32) {
+        const int q = qb + lane;
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        ep_weighted_sum8(s_row, s_w, K, q, acc);
+        if (q < nq) ep_weighted_sum8(s_row, s_w, K, q, acc);
         if (k.partial_bf16) {
-          ep_st16(dst + (size_t)q * 16, ep_pack_bf16x8(acc));
+          if (q < nq) ep_st16(dst + (size_t)q * 16, ep_pack_bf16x8(acc));
           continue;
         }
-        float4 *o = (float4 *)(dst + (size_t)q * 32);
-        o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        red_store_f32x8(acc, s_out + warp * 64, dst + (size_t)qb * 32,
+                        2 * (nq - qb), lane);
       }
       if (proxied) __threadfence_system(); /* each writer: win.cuh */
       __syncthreads();
