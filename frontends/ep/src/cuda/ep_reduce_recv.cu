@@ -4,8 +4,8 @@
  * A block per token at a time, started while the send runs: waits for the
  * flags of the token's ranks (a proxied rank's end-of-send flag: it
  * raises no flag per token), adds up their sums (rank order) and rounds
- * to bf16 once; at the end it waits for every live rank's end-of-send
- * flag (ep_reduce_send.cu: why). */
+ * to bf16 once; at the end it waits for every live proxied rank's
+ * end-of-send flag. */
 #include <cuda_bf16.h>
 
 #include "ep_dev.cuh"
@@ -102,10 +102,13 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     __syncthreads(); /* the shared lists are rewritten for the next token */
   }
 
-  /* every live rank's end-of-send flag (the top: back-to-back calls) */
+  /* every live proxied rank's end-of-send flag: block 0 polls it in host
+   * memory for the others (ep_wait_host), so it waits for every one,
+   * whichever its tokens named. Mapped ranks raise none (ep_reduce_send.cu:
+   * back-to-back calls). */
   for (int r = threadIdx.x; r < L->ranks; r += blockDim.x) {
     uint64_t word;
-    if (!ep_live(c, r)) continue;
+    if (!ep_live(c, r) || w->kind[r] == MEP_DEV_PTR) continue;
     (void)wait_rank(k, r, -1, seq, deadline, &word);
   }
 

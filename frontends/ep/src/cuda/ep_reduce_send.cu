@@ -23,8 +23,7 @@
  * names an expert here, the rows of t among the expert's (found through
  * the handle: layout_range and src_info) are summed, weighted, in float,
  * in the order of t's top-k list; the sum goes into s's partial area and
- * t's flag there is raised; at the end each source gets one more flag
- * (the last of its blocks raises it).
+ * t's flag there is raised.
  *
  * A rank reached through the proxy gets the same bytes by puts from
  * this rank's host part (layout.h: mep__ep_red_pstage, _wstage): the
@@ -39,11 +38,16 @@
  * blocks that put partial sums wait until the weights are in the ring,
  * so that the weights leave first.
  *
- * The receive (ep_reduce_recv.cu) waits for that last flag of every live
- * rank at its end. That keeps the halves safe for back-to-back calls: a
- * rank writes half h again (call seq + 2) only after its receive of
- * seq + 1 saw every peer's send of seq + 1 end, which that peer started
- * after its receive of seq read half h. */
+ * Back-to-back calls are safe without a flag at the end: a rank writes
+ * a mapped peer's half h again (call seq + 2: weights, then sums) only
+ * after its send of seq + 1 saw that peer's weight count of seq + 1,
+ * which the peer publishes at the start of its send of seq + 1, queued
+ * after its receive of seq (which read the sums of half h) and its send
+ * of seq (which read the weights). An end-of-send flag, which the
+ * receive awaited from every rank, sat 4 to 5 us behind the last token's
+ * flag (its fence, a counter, another fence and the store): 4 us of each
+ * combine (docs/perf.md). A proxied rank still gets one, after the
+ * source's last put: its receive has no flag per token. */
 #include <cuda_bf16.h>
 
 #include "ep_dev.cuh"
@@ -322,9 +326,11 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   }
   if (threadIdx.x == 0 && s_lost) ep_clear(c.active, s);
 
-  /* the source's last block raises the end-of-send flag */
+  /* a proxied source's last block raises the end-of-send flag, after
+   * every put in the proxy's order; a mapped one has every token's flag
+   * and needs none (top of file) */
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0 && proxied) {
     __threadfence_system();
     if (atomicAdd(k.red_done + s, 1u) == (unsigned)Y - 1) {
       *(volatile unsigned int *)(k.red_done + s) = 0;
@@ -334,7 +340,12 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
                                     mep__ep_word(seq, 1), deadline);
     }
   }
-  if (ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y))
+  /* Without a host part nothing is left to send: a fence at system scope
+   * here would only wait for the last flags to land (about 4 us of every
+   * combine, docs/perf.md). */
+  if (c.has_proxy ? ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y)
+                  : ep_last_block<true>(&c.st->done[MEP__EP_CS],
+                                        gridDim.x * gridDim.y))
     ep_finish(c, MEP__EP_CS, 1, seq);
 }
 
