@@ -15,6 +15,24 @@
 namespace mep::ep {
 namespace {
 
+/* acc[0..7] += the 8 channels of unit q (16 bytes of a bf16 row) of the
+ * partial sum at `part`: float, or bf16 (MEP_EP_COMBINE_PARTIAL=bf16). */
+__device__ __forceinline__ void add_part(float acc[8], const uint8_t *part,
+                                         int q, int bf16) {
+  if (bf16) {
+    const ep_v16 v = ep_ld16_cg(part + (size_t)q * 16);
+    for (int u = 0; u < 4; u++) {
+      acc[2 * u] += ep_bf16_lo(v.w[u]);
+      acc[2 * u + 1] += ep_bf16_hi(v.w[u]);
+    }
+    return;
+  }
+  const float4 *p = (const float4 *)part + (size_t)q * 2;
+  const float4 a = __ldcg(p), b = __ldcg(p + 1);
+  acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
+  acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+}
+
 /* The wait for rank r's sum of token t: its flag for t where r is mapped,
  * else (and for t < 0) its end-of-send flag, which block 0 polls in host
  * memory for every block (ep_wait_host). */
@@ -77,31 +95,28 @@ __global__ void __launch_bounds__(RED_RECV_THREADS)
     __syncthreads(); /* the flags' acquires precede every read of a sum */
     if (t == (int)blockIdx.x) ep_trace(c, MEP__EP_CR, MEP__EP_T_MID);
     uint8_t *out = (uint8_t *)k.out + (size_t)t * 2 * H;
-    for (int q = threadIdx.x; q < H / 8; q += blockDim.x) {
+    /* two units a thread at once (hidden 7168 is 896 units for 512
+     * threads): both units' loads are in flight before the first add */
+    const int nq = H / 8, B = blockDim.x;
+    for (int q = threadIdx.x; q < nq; q += 2 * B) {
+      const bool two = q + B < nq;
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float acc2[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int i = 0; i < s_nr; i++) {
         if (!s_ok[i]) continue;
         const int r = s_rank[i];
         const uint8_t *part =
             mep_dev_src(w, r, mep__ep_comb_part(L, half, r, t));
-        if (k.partial_bf16) {
-          const ep_v16 v = ep_ld16_cg(part + (size_t)q * 16);
-          for (int u = 0; u < 4; u++) {
-            acc[2 * u] += ep_bf16_lo(v.w[u]);
-            acc[2 * u + 1] += ep_bf16_hi(v.w[u]);
-          }
-          continue;
-        }
-        const float4 *p = (const float4 *)part + (size_t)q * 2;
-        const float4 a = __ldcg(p), b = __ldcg(p + 1);
-        acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
-        acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
+        add_part(acc, part, q, k.partial_bf16);
+        if (two) add_part(acc2, part, q + B, k.partial_bf16);
       }
       ep_st16(out + (size_t)q * 16, ep_pack_bf16x8(acc));
+      if (two) ep_st16(out + (size_t)(q + B) * 16, ep_pack_bf16x8(acc2));
     }
     __syncthreads(); /* the shared lists are rewritten for the next token */
   }
 
+  ep_trace(c, MEP__EP_CR, MEP__EP_T_WORK);
   /* every live proxied rank's end-of-send flag: block 0 polls it in host
    * memory for the others (ep_wait_host), so it waits for every one,
    * whichever its tokens named. Mapped ranks raise none (ep_reduce_send.cu:
