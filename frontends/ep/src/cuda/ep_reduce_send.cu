@@ -44,10 +44,11 @@
  * which the peer publishes at the start of its send of seq + 1, queued
  * after its receive of seq (which read the sums of half h) and its send
  * of seq (which read the weights). An end-of-send flag, which the
- * receive awaited from every rank, sat 4 to 5 us behind the last token's
- * flag (its fence, a counter, another fence and the store): 4 us of each
- * combine (docs/perf.md). A proxied rank still gets one, after the
- * source's last put: its receive has no flag per token. */
+ * receive awaited from every rank, came 4 to 5 us after the last token's
+ * flag (its fence, a counter, another fence and the store); without it a
+ * combine takes about 2 us less (docs/perf.md). A proxied rank still
+ * gets one, after the source's last put: its receive has no flag per
+ * token. */
 #include <cuda_bf16.h>
 
 #include "ep_dev.cuh"
@@ -341,8 +342,7 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
     }
   }
   /* Without a host part nothing is left to send: a fence at system scope
-   * here would only wait for the last flags to land (about 4 us of every
-   * combine, docs/perf.md). */
+   * here would only wait for the last flags to land. */
   if (c.has_proxy ? ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y)
                   : ep_last_block<true>(&c.st->done[MEP__EP_CS],
                                         gridDim.x * gridDim.y))
