@@ -343,9 +343,10 @@ __global__ void __launch_bounds__(RED_THREADS, 4) combine(mep__ep_kcomb_t k) {
   }
   /* Without a host part nothing is left to send: a fence at system scope
    * here would only wait for the last flags to land. */
-  if (c.has_proxy ? ep_last_block(&c.st->done[MEP__EP_CS], gridDim.x * gridDim.y)
-                  : ep_last_block<true>(&c.st->done[MEP__EP_CS],
-                                        gridDim.x * gridDim.y))
+  unsigned int *done = &c.st->done[MEP__EP_CS];
+  const unsigned blocks = gridDim.x * gridDim.y;
+  if (c.has_proxy ? ep_last_block(done, blocks)
+                  : ep_last_block<true>(done, blocks))
     ep_finish(c, MEP__EP_CS, 1, seq);
 }
 
