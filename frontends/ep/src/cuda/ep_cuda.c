@@ -60,7 +60,6 @@ static int cuda_fail(int code, cudaError_t e, const char *what, int rank) {
                        rank, what, cudaGetErrorString(e));
 }
 
-
 /* The state's allocation: dstate, slots, pair_done, red_done, seen. */
 static int alloc_state(mep_ep_buffer_t *b, struct mep__ep_cuda *cu) {
   const mep__ep_layout_t *l = &b->lay;

@@ -40,7 +40,6 @@ static int fail(mep_ep_normal_t *b, int code, cudaError_t e,
                        "%s: %s", b->rank, what, cudaGetErrorString(e));
 }
 
-
 int mep__epn_cuda_create(mep_ep_normal_t *b) {
   int R = b->size;
   if (R > MEP__EPN_MAX_RANKS)
