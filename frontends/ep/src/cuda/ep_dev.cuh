@@ -151,8 +151,10 @@ __device__ __forceinline__ int32_t ep_active(const int32_t *active, int r) {
  * rank that had left the group when the window was made has a proxy
  * kind without a proxy; a caller's own active_ranks may still say 1). */
 __device__ __forceinline__ bool ep_live(const mep__ep_kcommon_t &c, int r) {
-  return ep_active(c.active, r) &&
-         (c.win->kind[r] == MEP_DEV_PTR || c.has_proxy);
+  /* both loads in flight at once: the kind is not loaded after the
+   * active word is seen (a memory latency at the top of every kernel) */
+  const int kind = c.win->kind[r];
+  return ep_active(c.active, r) && (kind == MEP_DEV_PTR || c.has_proxy);
 }
 
 /* A source missed its deadline: it is skipped from now on. */
@@ -162,13 +164,35 @@ __device__ __forceinline__ void ep_clear(int32_t *active, int r) {
 
 #define EP_SPIN_NS 20000u
 
+/* Whether signal word v carries call seq, or a later one, with a low half
+ * of at least need. */
+__device__ __forceinline__ bool ep_word_reached(uint64_t v, uint64_t seq,
+                                               uint32_t need) {
+  return (v >> 32) > seq || ((v >> 32) == seq && (uint32_t)v >= need);
+}
+
+/* A signal word, at system scope, without acquire semantics. */
+__device__ __forceinline__ uint64_t ep_load_relaxed(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p)
+               : "memory");
+  return v;
+}
+
 /* Polls the signal word at p until it carries call `seq` (its high half,
  * the call number, reaches seq) with a low half of at least `need` (a
  * later call's word counts too), rank r goes inactive (another thread gave
  * up on it) or deadline_ns passes, which clears r in active: every waiter
- * skips a silent source from then on. 1 and *word on success; 0 else. The
- * load is an acquire at system scope: what the signal covers is visible
- * to the calling thread (and, after a barrier, to its block). */
+ * skips a silent source from then on. 1 and *word on success; 0 else.
+ * The word is read with an acquire at system scope: what the signal
+ * covers is visible to the calling thread (and, after a barrier, to its
+ * block). kRelaxed: the polls are relaxed loads, and the one that sees
+ * the word is followed by the acquire. An acquire in every poll costs the
+ * other blocks on the SM their L1 hits: the dispatch's receive blocks,
+ * launched early, poll beside the send's, and made each send block 1.6 us
+ * slower; a combine, whose send blocks are short, lost more to the second
+ * load than it gained (docs/perf.md). */
+template <bool kRelaxed = false>
 __device__ __forceinline__ int ep_wait_count(const uint64_t *p, uint64_t seq,
                                              uint32_t need, int32_t *active,
                                              int r, uint64_t deadline_ns,
@@ -180,8 +204,11 @@ __device__ __forceinline__ int ep_wait_count(const uint64_t *p, uint64_t seq,
   uint64_t nap_from = 0;
   unsigned ns = 32;
   for (;;) {
-    uint64_t v = mep_dev_load_acquire((const volatile uint64_t *)p);
-    if ((v >> 32) > seq || ((v >> 32) == seq && (uint32_t)v >= need)) {
+    uint64_t v = kRelaxed ? ep_load_relaxed(p)
+                          : mep_dev_load_acquire((const volatile uint64_t *)p);
+    if (kRelaxed && ep_word_reached(v, seq, need))
+      v = mep_dev_load_acquire((const volatile uint64_t *)p);
+    if (ep_word_reached(v, seq, need)) {
       *word = v;
       return 1;
     }
@@ -199,11 +226,12 @@ __device__ __forceinline__ int ep_wait_count(const uint64_t *p, uint64_t seq,
 }
 
 /* The wait for a word of call `seq`, whatever its low half. */
+template <bool kRelaxed = false>
 __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
                                             int32_t *active, int r,
                                             uint64_t deadline_ns,
                                             uint64_t *word) {
-  return ep_wait_count(p, seq, 0, active, r, deadline_ns, word);
+  return ep_wait_count<kRelaxed>(p, seq, 0, active, r, deadline_ns, word);
 }
 
 /* The wait for a word of call `seq` from source r: ep_wait_word where r
@@ -217,6 +245,7 @@ __device__ __forceinline__ int ep_wait_word(const uint64_t *p, uint64_t seq,
  * covers before the caller's reads, as the acquire of the word would. A
  * failed wait of the first block marks r inactive, which ends the
  * others' waits. */
+template <bool kRelaxed = false>
 __device__ __forceinline__ int ep_wait_host(const mep__ep_kcommon_t &c,
                                             int kind, bool first,
                                             const uint64_t *p, int r,
@@ -224,10 +253,12 @@ __device__ __forceinline__ int ep_wait_host(const mep__ep_kcommon_t &c,
                                             uint64_t deadline_ns,
                                             uint64_t *word) {
   if (c.win->kind[r] == MEP_DEV_PTR)
-    return ep_wait_word(p, seq, c.active, r, deadline_ns, word);
+    return ep_wait_word<kRelaxed>(p, seq, c.active, r, deadline_ns, word);
   uint64_t *seen = c.seen + (size_t)kind * c.lay.ranks + r;
-  if (!first) return ep_wait_word(seen, seq, c.active, r, deadline_ns, word);
-  if (!ep_wait_word(p, seq, c.active, r, deadline_ns, word)) return 0;
+  if (!first)
+    return ep_wait_word<kRelaxed>(seen, seq, c.active, r, deadline_ns, word);
+  if (!ep_wait_word<kRelaxed>(p, seq, c.active, r, deadline_ns, word))
+    return 0;
   mep_dev_store_release((volatile uint64_t *)seen, *word);
   return 1;
 }

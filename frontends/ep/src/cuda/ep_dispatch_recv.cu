@@ -129,9 +129,9 @@ __device__ void recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
           c.win, s, mep__ep_disp_count(L, half, L->local - 1, s));
       uint64_t word = 0;
       if ((c.win->kind[s] == MEP_DEV_PTR ||
-           ep_wait_host(c, MEP__EP_DR, first, last, s, seq, deadline,
-                        &word)) &&
-          ep_wait_word(cw, seq, c.active, s, deadline, &word)) {
+           ep_wait_host<true>(c, MEP__EP_DR, first, last, s, seq, deadline,
+                              &word)) &&
+          ep_wait_word<true>(cw, seq, c.active, s, deadline, &word)) {
         uint32_t got = (uint32_t)word;
         n = got > (uint32_t)T ? T : (int)got;
       } else {

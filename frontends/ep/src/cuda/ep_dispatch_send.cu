@@ -172,9 +172,10 @@ __global__ void __launch_bounds__(1024) dispatch(mep__ep_kdisp_t k) {
   if (tid < topk && (int)blockIdx.x < k.num_tokens)
     next_e = k.topk_idx[(size_t)blockIdx.x * topk + tid];
   ep_prefetch_row(k.x, blockIdx.x, k.num_tokens, 2 * H);
-  for (int r = tid; r < L->ranks; r += blockDim.x)
-    s_live[r] = ep_live(c, r) &&
-                (w->kind[r] != MEP_DEV_PTR || w->peer[r] != nullptr);
+  for (int r = tid; r < L->ranks; r += blockDim.x) {
+    const void *peer = w->peer[r]; /* loaded with ep_live's words */
+    s_live[r] = ep_live(c, r) && (w->kind[r] != MEP_DEV_PTR || peer);
+  }
   __shared__ uint8_t *s_ptr[MEP_EP_STAGE_TOPK];
   __shared__ int s_any_proxy;
   if (tid == 0) {
