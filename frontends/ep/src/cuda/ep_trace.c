@@ -7,8 +7,9 @@
  * the first block's start to the last block's start, to the last "mid"
  * and "work done" stamps and to the end, and where each kernel began
  * against the dispatch (or combine) send of the same call and on the
- * GPU's clock, and when its blocks entered it (before any gate or
- * wait). */
+ * GPU's clock, when its blocks entered it (before any gate or wait), and
+ * the median and largest of the blocks' own times from start to mid and
+ * from mid to work done. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,20 @@ int mep__ep_trace_init(mep__ep_trace_t *t) {
   return 0;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* ", NAME median M, max X" of the n durations d (ns), sorted here. */
+static void spread(char *out, size_t len, const char *name, uint64_t *d,
+                   int n) {
+  if (n <= 0) return;
+  qsort(d, (size_t)n, sizeof *d, cmp_u64);
+  snprintf(out, len, ", %s median %.1f max %.1f", name, d[n / 2] / 1e3,
+           d[n - 1] / 1e3);
+}
+
 static double us(uint64_t a, uint64_t b) {
   return ((double)a - (double)b) / 1e3;
 }
@@ -58,6 +73,10 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
                                                 : MEP__EP_TRACE_BLOCKS;
     uint64_t s0 = UINT64_MAX, s1 = 0, mid = 0, end = 0, work = 0;
     uint64_t e0 = UINT64_MAX, e1 = 0;
+    /* each block's own phases: the maxima above mix blocks that began
+     * at different times */
+    uint64_t wait_ns[MEP__EP_TRACE_BLOCKS], work_ns[MEP__EP_TRACE_BLOCKS];
+    int nwait = 0, nwork = 0;
     for (int b = 0; b < n; b++) {
       const uint64_t *r = t->host + ((size_t)k * MEP__EP_TRACE_BLOCKS + b) *
                                         MEP__EP_T_FIELDS;
@@ -67,6 +86,10 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
       if (r[MEP__EP_T_MID] > mid) mid = r[MEP__EP_T_MID];
       if (r[MEP__EP_T_END] > end) end = r[MEP__EP_T_END];
       if (r[MEP__EP_T_WORK] > work) work = r[MEP__EP_T_WORK];
+      if (r[MEP__EP_T_MID] >= r[MEP__EP_T_START])
+        wait_ns[nwait++] = r[MEP__EP_T_MID] - r[MEP__EP_T_START];
+      if (r[MEP__EP_T_MID] && r[MEP__EP_T_WORK] >= r[MEP__EP_T_MID])
+        work_ns[nwork++] = r[MEP__EP_T_WORK] - r[MEP__EP_T_MID];
       uint64_t in = r[MEP__EP_T_ENTRY];
       if (in && in < e0) e0 = in;
       if (in > e1) e1 = in;
@@ -75,7 +98,9 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
     first[k] = s0;
     uint64_t ref = first[k & ~1] ? first[k & ~1] : s0; /* the call's send */
     /* one write per line: the ranks share stderr */
-    char line[320], wl[48] = "", el[64] = "";
+    char line[480], wl[48] = "", el[64] = "", sw[64] = "", sk[64] = "";
+    spread(sw, sizeof sw, "start to mid", wait_ns, nwait);
+    spread(sk, sizeof sk, "mid to work done", work_ns, nwork);
     if (work)
       snprintf(wl, sizeof wl, ", last work done +%.1f", us(work, s0));
     if (e1)
@@ -84,9 +109,10 @@ void mep__ep_trace_report(mep__ep_trace_t *t, int rank) {
     snprintf(line, sizeof line,
              "mep_ep trace rank %d %s (%d blocks): begins %+.1f us after "
              "the send began (clock %.1f); last block starts +%.1f, last "
-             "mid +%.1f%s, end +%.1f us%s\n",
+             "mid +%.1f%s, end +%.1f us%s; per block (us)%s%s\n",
              rank, kind_name[k], n, us(s0, ref), clock_us(s0), us(s1, s0),
-             mid ? us(mid, s0) : 0.0, wl, end ? us(end, s0) : 0.0, el);
+             mid ? us(mid, s0) : 0.0, wl, end ? us(end, s0) : 0.0, el, sw,
+             sk);
     fputs(line, stderr);
   }
   cudaFreeHost(t->host);
