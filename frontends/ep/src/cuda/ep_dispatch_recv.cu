@@ -49,38 +49,42 @@ __device__ __forceinline__ int recv_units(const mep__ep_kdisp_t &k) {
 /* A warp: chunk `ch` of slot `slot` of source `src` for local expert el
  * (the token the index names, from the source's token rows) into output
  * row `row` of that expert; chunk 0 also moves the source token's index
- * and the scales. */
+ * and the scales. `base`: where src's bytes land here (mep_dev_src at
+ * offset 0). */
 __device__ __forceinline__ void recv_chunk(const mep__ep_kdisp_t &k,
-                                           int half, int el, int src,
-                                           int slot, int row, int ch) {
+                                           const uint8_t *base, int half,
+                                           int el, int src, int slot,
+                                           int row, int ch) {
   const mep__ep_layout_t *L = &k.c.lay;
   const int lane = threadIdx.x & 31, H = L->hidden;
   const size_t S = (size_t)L->ranks * L->tokens;
   const size_t orow = (size_t)el * S + row;
-  const int32_t *ix = (const int32_t *)mep_dev_src(
-      k.c.win, src, mep__ep_disp_index(L, half, el, src, slot));
+  const int32_t *ix =
+      (const int32_t *)(base + mep__ep_disp_index(L, half, el, src, slot));
   const int t = __ldcg(ix); /* the same for every lane */
   if (ch == 0 && lane == 0) k.src_info[orow] = t;
   if (t < 0 || t >= L->tokens) return; /* cannot happen: the source wrote it */
-  const uint8_t *data = mep_dev_src(k.c.win, src,
-                                    mep__ep_disp_token(L, half, src, t)) +
-                        MEP_EP_MSG_HEADER;
+  const uint8_t *data =
+      base + mep__ep_disp_token(L, half, src, t) + MEP_EP_MSG_HEADER;
   const int nv = recv_units(k), v0 = ch * EP_COPY_BATCH;
   const int cnv = nv - v0 < EP_COPY_BATCH ? nv - v0 : EP_COPY_BATCH;
   const size_t row_bytes = (size_t)nv * 16;
   const float *sc = (const float *)(data + H);
   const int G = H / 128;
-  /* the first 32 scales' loads go out with the row's, not after its
-   * stores: one memory latency less per row */
+  /* the first 64 scales' loads go out with the row's, not after its
+   * stores: one memory latency less per row (hidden 7168 has 56) */
   const bool pre = k.fp8 && ch == 0 && !k.ue8m0;
   float sc0 = pre && lane < G ? __ldcg(sc + lane) : 0.0f;
+  float sc1 = pre && lane + 32 < G ? __ldcg(sc + lane + 32) : 0.0f;
   ep_warp_copy<true>((uint8_t *)k.recv_x + orow * row_bytes + (size_t)v0 * 16,
                      data + (size_t)v0 * 16, cnv, lane);
   if (!k.fp8 || ch != 0) return;
   if (!k.ue8m0) {
     float *o = (float *)k.recv_scales;
     for (int g = lane; g < G; g += 32)
-      o[((size_t)el * G + g) * S + row] = pre && g == lane ? sc0 : __ldcg(sc + g);
+      o[((size_t)el * G + g) * S + row] = g == lane        ? sc0
+                                          : g == lane + 32 ? sc1
+                                                           : __ldcg(sc + g);
     return;
   }
   /* ue8m0: group 4j+i's exponent byte in byte i of word j */
@@ -163,14 +167,18 @@ __device__ void recv_layout(const mep__ep_kdisp_t &k, uint64_t seq, int half,
 /* Warp gw of GW copies its share of the rows of pairs 0 .. P - 1 from
  * expert el0 on (as recv_layout numbers them), laid out by lr: the
  * block's view in shared memory, or (kShared false) layout_range as
- * other blocks wrote it. The (row, chunk) items of the pairs, in order,
- * go round-robin over the warps; a warp walks to its next item without a
+ * other blocks wrote it. bases[s]: mep_dev_src(win, s, 0), in shared
+ * memory (the count words' acquire leaves nothing in L1, and each warp's
+ * first item loaded the window's kind again: 0.4-0.7 us a dispatch,
+ * docs/perf.md). The (row, chunk) items of the pairs, in order, go
+ * round-robin over the warps; a warp walks to its next item without a
  * division: two 64-bit remainders per pair in every warp made a dispatch
  * with groups of 16 pairs 7 us slower (docs/perf.md). At most P * T * C
  * items: int. */
 template <bool kShared>
 __device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el0,
-                          const int64_t *lr, int P, int gw, int GW) {
+                          const int64_t *lr, const uint8_t *const *bases,
+                          int P, int gw, int GW) {
   const int R = k.c.lay.ranks;
   const int C = (recv_units(k) + EP_COPY_BATCH - 1) / EP_COPY_BATCH;
   int q = 0, next = gw; /* items of the pairs before p; this warp's next */
@@ -180,8 +188,8 @@ __device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el0,
     const int end = q + (n > 0 ? n : 0) * C;
     for (; next < end; next += GW) {
       const int row = (next - q) / C;
-      recv_chunk(k, half, el0 + p / R, p % R, row, begin + row,
-                 next - q - row * C);
+      recv_chunk(k, bases[p % R], half, el0 + p / R, p % R, row,
+                 begin + row, next - q - row * C);
     }
     q = end;
   }
@@ -193,7 +201,8 @@ __device__ void recv_rows(const mep__ep_kdisp_t &k, int half, int el0,
  * a second wave would start only after the first ones' copies. Grid:
  * recv_split blocks x groups of recv_group local experts. Dynamic shared
  * memory: the block's layout, 12 bytes per (expert, source) pair of its
- * group. Named as the send's kernel (ep_dev.cuh: kernel names). */
+ * group, and where each source's bytes land. Named as the send's kernel
+ * (ep_dev.cuh: kernel names). */
 template <bool kMlx5>
 __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     dispatch(mep__ep_kdisp_t k) {
@@ -204,13 +213,16 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
   const int y = blockIdx.x, Y = gridDim.x;
   const int W = blockDim.x >> 5, warp = (int)(threadIdx.x >> 5);
   extern __shared__ int64_t s_lr[];
-  int *s_flat = (int *)(s_lr + P);
+  const uint8_t **s_base = (const uint8_t **)(s_lr + P);
+  int *s_flat = (int *)(s_base + R);
+  for (int r = threadIdx.x; r < R; r += blockDim.x)
+    s_base[r] = mep_dev_src(c.win, r, 0); /* read before the waits */
 
   ep_trace(c, MEP__EP_DR, MEP__EP_T_START);
   recv_layout(k, seq, half, el0, P, deadline, s_lr, s_flat, y == 0,
               y == 0 && el0 == 0);
   ep_trace(c, MEP__EP_DR, MEP__EP_T_MID);
-  recv_rows<true>(k, half, el0, s_lr, P, y * W + warp, Y * W);
+  recv_rows<true>(k, half, el0, s_lr, s_base, P, y * W + warp, Y * W);
   ep_trace(c, MEP__EP_DR, MEP__EP_T_WORK);
 
   /* what the blocks wrote is read on this GPU, after the kernel (or here,
@@ -219,8 +231,8 @@ __global__ void __launch_bounds__(MEP__EP_WARP_THREADS, 3)
     /* every other block is done and its writes are visible here */
     if (*(volatile unsigned int *)&c.st->dr_lost) {
       for (int e = 0; e < L->local; e++)
-        recv_rows<false>(k, half, e, k.layout_range + (size_t)e * R, R,
-                         warp, W);
+        recv_rows<false>(k, half, e, k.layout_range + (size_t)e * R,
+                         s_base, R, warp, W);
       __syncthreads();
       if (threadIdx.x == 0) c.st->dr_lost = 0u;
     }
@@ -238,7 +250,8 @@ extern "C" int mep__ep_launch_dispatch_recv(const mep__ep_kdisp_t *k,
   dim3 grid((unsigned)k->recv_split, (unsigned)((nl + g - 1) / g));
   return ep_launch(EP_KERNEL(mep::ep::dispatch, k->c.has_mlx5), grid,
                    k->recv_threads,
-                   (size_t)g * k->c.lay.ranks * (sizeof(int64_t) + sizeof(int)),
+                   (size_t)k->c.lay.ranks *
+                       (g * (sizeof(int64_t) + sizeof(int)) + sizeof(void *)),
                    k->c.early_recv, stream, *k);
 }
 
