@@ -82,13 +82,6 @@ __device__ __forceinline__ void red_store(uint8_t *p, uint64_t v) {
                : "memory");
 }
 
-__device__ __forceinline__ uint64_t red_load(const uint8_t *p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p)
-               : "memory");
-  return v;
-}
-
 /* A warp's float sums of 32 consecutive units (8 channels each, lane i
  * unit i: 1 KB at dst) go out as 16 contiguous bytes per lane and
  * instruction, through `st` (64 float4 of shared memory of the warp's
@@ -193,7 +186,7 @@ __device__ __forceinline__ bool red_wait_weight(const mep__ep_kcomb_t &k,
       mep_dev_src(c.win, s, mep__ep_comb_wts(&c.lay, half, s, t, j));
   const uint64_t tag = red_tag(seq);
   for (;;) {
-    *v = red_load(p);
+    *v = ep_load_relaxed((const uint64_t *)p);
     if ((*v >> 43) == tag) return true;
     if (!ep_active(c.active, s) || mep_dev_now_ns() > deadline) return false;
   }
