@@ -21,6 +21,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,9 @@ typedef struct tcp_store {
   char port[8];
   char where[300]; /* "host:port", for messages */
   int timeout_ms;  /* connect retries; deadline of set, add and check */
+  /* A connection was made once: a refusal after it means the server is
+   * gone, not that it is still starting, and is not retried. */
+  atomic_int reached;
 } tcp_store_t;
 
 /* One request in flight, for its deadline and its messages. */
@@ -160,14 +164,24 @@ static int dial_once(tcp_store_t *st, int64_t deadline, int *fd,
   if (rc != 0)
     return mep__err(MEP_ERR_INVALID, "store: connect to %s: cannot resolve "
                     "'%s': %s", st->where, st->host, gai_strerror(rc));
-  int err = 0;
+  int err = 0, refused = 1;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
     err = connect_addr(ai, deadline, fd);
     if (err == 0) break;
     if (retryable(err)) *retry = 1;
+    refused &= err == ECONNREFUSED;
   }
   freeaddrinfo(res);
   if (err == 0) return MEP_OK;
+  /* Not retried: a fault-tolerance claim still asking the store of a
+   * group whose store host died would hold up mep_comm_destroy for the
+   * whole connect timeout. */
+  if (refused && atomic_load(&st->reached)) {
+    *retry = 0;
+    return mep__err(MEP_ERR_PEER_FAILED, "store: connect to %s: connection "
+                    "refused by the server's host; the server, reached "
+                    "before, is gone", st->where);
+  }
   if (!*retry)
     return mep__err_errno(MEP_ERR_UNREACHABLE, err, "store: connect to %s",
                           st->where);
@@ -198,6 +212,7 @@ static int dial(tcp_store_t *st, int64_t deadline, conn_t **out) {
     sleep_ms(delay < left ? delay : left);
     delay = delay * 2 < BACKOFF_MAX_MS ? delay * 2 : BACKOFF_MAX_MS;
   }
+  atomic_store(&st->reached, 1);
   conn_t *c = calloc(1, sizeof *c);
   if (!c) {
     close(fd);

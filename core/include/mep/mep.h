@@ -171,8 +171,11 @@ MEP_API int mep_store_server_port(const mep_store_server_t *srv);
 MEP_API void mep_store_server_stop(mep_store_server_t *srv);
 
 /* Connects to a built-in TCP store at host:port, retrying refused
- * connections until timeout_ms. The returned store is thread-safe and owned
- * by the caller (mep_store_destroy). */
+ * connections until timeout_ms. Once a connection was made, a refused one
+ * means the server is gone: a request fails at once with
+ * MEP_ERR_PEER_FAILED instead of retrying (a server started again on the
+ * port serves the next request). The returned store is thread-safe and
+ * owned by the caller (mep_store_destroy). */
 MEP_API int mep_store_tcp_connect(const char *host, int port, int timeout_ms,
                                   mep_store_t **out);
 

@@ -550,7 +550,12 @@ def killed_member(ctx, victim, when="dispatch"):
         if r != victim:
             acc += np.where(want_itr[:, r:r + 1], expert_fn(r, x_np), 0)
     assert np.array_equal(npy(combined.float()), bf16_round(acc))
+    t0 = time.monotonic()
     buf.destroy()
+    # victim 0 served the store: its refusals end the claim at once, not
+    # after the store's connect timeout
+    took_d = time.monotonic() - t0
+    assert took_d < 10, f"destroy took {took_d:.2f} s"
     return took if lost else took_c
 
 
