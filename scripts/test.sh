@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs the whole test suite twice: in the
-# normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer;
+# normal build and in a build with AddressSanitizer + UndefinedBehaviorSanitizer
+# (there without the suite many-ranks, the collectives on 6 to 9 ranks);
 # then the tcp plugin's tests, whose sender and receiver threads share
 # sockets and queues with the poll thread, under ThreadSanitizer; then the
 # pip path against an installed wheel (tests/packaging/run.sh;
@@ -12,6 +13,7 @@ set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
+echo "# scripts/setup.sh took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 
 asan=1 tsan=1 vm=1
 for arg in "$@"; do
@@ -25,9 +27,12 @@ prefix="$PWD/_install"
 export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
 passed=0; failed=0; skipped=0 failures=
-run_suite() {  # build-dir label [timeout-multiplier [test names...]]
+# stage TITLE: a stage's heading, with the time since the start (CI's log
+# shows where its minutes went)
+stage() { echo "=== tests: $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
+run_suite() {  # build-dir label [timeout-multiplier [meson test arguments...]]
   local dir=$1 label=$2
-  echo "=== tests: $label ($dir)"
+  stage "$label ($dir)"
   meson test -C "$dir" --print-errorlogs --num-processes 2 --timeout-multiplier "${3:-1}" \
     "${@:4}"
   local counts p f k
@@ -62,9 +67,10 @@ if [ "$asan" = 1 ]; then
       -Dbuildtype=debug -Dcuda=disabled >/dev/null
   fi
   if ninja -C build-asan >/dev/null; then
+    # without the runs of 6 to 9 ranks (tests/coll/meson.build)
     ASAN_OPTIONS=detect_leaks=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      run_suite build-asan "ASan+UBSan" 3
+      run_suite build-asan "ASan+UBSan" 3 --no-suite many-ranks
   else
     echo "ASan build failed"; failed=$((failed + 1))
   fi
@@ -82,7 +88,7 @@ if [ "$tsan" = 1 ]; then
   fi
 fi
 if [ "${MEP_TEST_PACKAGING:-1}" != 0 ]; then
-  echo "=== tests: packaging (the wheel, installed into a new venv)"
+  stage "packaging (the wheel, installed into a new venv)"
   tests/packaging/run.sh | tee build/packaging.log
   read -r p f k < <(sed -nE 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' \
     build/packaging.log | tail -1)
@@ -93,7 +99,7 @@ fi
 # The verbs set: one line per test and "N passed, N failed" last; exit
 # 77 with a SKIP line where neither an RDMA device nor a VM is available.
 run_vm() {
-  echo "=== tests: verbs over RDMA (tests/verbs/run-vm.sh)"
+  stage "verbs over RDMA (tests/verbs/run-vm.sh)"
   local log=build/verbs-vm.log rc p f
   # the VM's console ends its lines with CR LF: the CRs go
   tests/verbs/run-vm.sh build 2>&1 | tr -d '\r' | tee "$log"
@@ -110,5 +116,6 @@ run_vm() {
 [ "$vm" = 1 ] && run_vm
 # the reasons again at the end, where a log's tail shows them
 [ -n "${failures//$'\n'/}" ] && printf '=== failures\n%s' "$failures"
+echo "# scripts/test.sh took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

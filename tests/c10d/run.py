@@ -39,8 +39,9 @@ def main() -> int:
         spec = importlib.util.find_spec("mep")
         print(f"testing the installed mep: {spec.origin if spec else 'none found'}")
     here = os.path.dirname(os.path.abspath(args.test_file))
-    rc = pytest.main(["-q", "-p", "no:cacheprovider", "--rootdir", here,
-                      args.test_file])
+    # --durations: the slowest tests named in the log, where CI time goes
+    rc = pytest.main(["-q", "-p", "no:cacheprovider", "--durations=5",
+                      "--rootdir", here, args.test_file])
     # pytest's 5 ("no tests collected") is a failure here, not a skip.
     return int(rc) if int(rc) != 5 else 1
 
