@@ -39,6 +39,9 @@ class RankFailed(AssertionError):
 
 
 def _entry(fn, rank, world, port, timeout_s, args, results, env):
+    # the parent's environment when it started this rank, as a spawned
+    # process would have it (a forked one has the fork server's)
+    os.environ.clear()
     os.environ.update(env)
     # MEP_LAUNCH_HOSTS=1: each rank a host of its own, as the C launcher
     # (tools/common/launch.c) makes them
@@ -67,7 +70,11 @@ class Ranks:
 
     def __init__(self, fn, world, args=(), timeout_s=60.0, env=None,
                  ranks=None, store=None):
-        self.ctx = mp.get_context("spawn")
+        # Ranks fork from a server process that imported torch once: a
+        # spawned rank imports it again, seconds of CPU each, most of
+        # these tests' time on a small machine.
+        self.ctx = mp.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["torch", "torch.distributed"])
         self.results = self.ctx.Queue()
         self.store = store or dist.TCPStore("127.0.0.1", 0, is_master=True,
                                             wait_for_workers=False,
@@ -82,7 +89,7 @@ class Ranks:
         for r in (range(world) if ranks is None else ranks):
             p = self.ctx.Process(target=_entry, daemon=True,
                                  args=(fn, r, world, self.port, self.timeout_s,
-                                       args, self.results, dict(env or {})))
+                                       args, self.results, {**os.environ, **(env or {})}))
             p.start()
             self.procs.setdefault(r, []).append(p)
 
