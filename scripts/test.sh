@@ -5,9 +5,9 @@
 # then the tcp plugin's tests, whose sender and receiver threads share
 # sockets and queues with the poll thread, under ThreadSanitizer; then the
 # pip path against an installed wheel built without CUDA
-# (tests/packaging/run.sh --no-cuda; MEP_TEST_PACKAGING=0 leaves it out); then the verbs transport's RDMA tests
-# in one VM with Soft-RoCE (tests/verbs/run-vm.sh; one SKIP line where no VM
-# can run). Ends with one line "N passed, N failed, N skipped".
+# (tests/packaging/run.sh --no-cuda; MEP_TEST_PACKAGING=0 leaves it out);
+# then the verbs transport's RDMA tests in one VM with Soft-RoCE
+# (tests/verbs/run-vm.sh; one SKIP line where no VM can run). Ends with one line "N passed, N failed, N skipped".
 # Usage: scripts/test.sh [--no-asan] [--no-tsan] [--no-vm]
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
