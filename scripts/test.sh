@@ -7,13 +7,16 @@
 # pip path against an installed wheel built without CUDA
 # (tests/packaging/run.sh --no-cuda; MEP_TEST_PACKAGING=0 leaves it out);
 # then the verbs transport's RDMA tests in one VM with Soft-RoCE
-# (tests/verbs/run-vm.sh; one SKIP line where no VM can run). Ends with one line "N passed, N failed, N skipped".
+# (tests/verbs/run-vm.sh; one SKIP line where no VM can run). Ends with one
+# line "N passed, N failed, N skipped".
 # Usage: scripts/test.sh [--no-asan] [--no-tsan] [--no-vm]
 set -uo pipefail
 case ${1:-} in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0" | cut -c3-; exit 0 ;; esac
 cd "$(dirname "$0")/.."
+# the time since the start, for CI's log: where its minutes went
+elapsed() { echo "$((SECONDS / 60)) min $((SECONDS % 60)) s"; }
 ./scripts/setup.sh || { echo "0 passed, 1 failed"; exit 1; }
-echo "# scripts/setup.sh took $((SECONDS / 60)) min $((SECONDS % 60)) s"
+echo "# scripts/setup.sh took $(elapsed)"
 
 asan=1 tsan=1 vm=1
 for arg in "$@"; do
@@ -27,9 +30,7 @@ prefix="$PWD/_install"
 export MEP_TEST_SHM_PLUGIN="$prefix/lib/mep/plugins/libmep-transport-shm.so"
 
 passed=0; failed=0; skipped=0 failures=
-# stage TITLE: a stage's heading, with the time since the start (CI's log
-# shows where its minutes went)
-stage() { echo "=== tests: $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s)"; }
+stage() { echo "=== tests: $1 (at $(elapsed))"; }  # stage TITLE
 run_suite() {  # build-dir label [timeout-multiplier [meson test arguments...]]
   local dir=$1 label=$2
   stage "$label ($dir)"
@@ -118,6 +119,6 @@ run_vm() {
 [ "$vm" = 1 ] && run_vm
 # the reasons again at the end, where a log's tail shows them
 [ -n "${failures//$'\n'/}" ] && printf '=== failures\n%s' "$failures"
-echo "# scripts/test.sh took $((SECONDS / 60)) min $((SECONDS % 60)) s"
+echo "# scripts/test.sh took $(elapsed)"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]
