@@ -114,7 +114,7 @@ int mep__ft_connect(mep_comm_t *comm) {
 void mep__ft_fini(mep_comm_t *comm) {
   mep__ft_t *ft = comm->ft;
   if (!ft) return;
-  mep__ft_claim_join(ft);
+  mep__ft_claim_cancel(ft);
   mep_region_deregister(ft->rin);
   mep_region_deregister(ft->rsig);
   mep_region_deregister(ft->rout);

@@ -15,6 +15,7 @@
 #include "error.h"
 #include "ft_state.h"
 #include "log.h"
+#include "store.h"
 
 /* Left alone because every other rank closed its connection in order:
  * they dropped this rank (it was frozen or cut off) or all left. Either
@@ -50,6 +51,7 @@ static void *claim_run(void *arg) {
   char k[512];
   int64_t n = 0;
   size_t len = 16 + (size_t)comm->max_size;
+  mep__store_cancel_on(&cl->cancel);
   snprintf(k, sizeof k, "%s/ft/%llu", comm->ns, (unsigned long long)cl->epoch);
   int rc = st->add ? st->add(st->ctx, k, 1, &n) : MEP_ERR_UNSUPPORTED;
   strncat(k, "/set", sizeof k - strlen(k) - 1);
@@ -88,6 +90,14 @@ void mep__ft_claim_join(mep__ft_t *ft) {
   atomic_store(&ft->cl.state, 0);
 }
 
+/* A claim outlives its use once the engine settled without it, and a
+ * store that stopped answering would hold mep_comm_destroy until the
+ * store's own timeout. */
+void mep__ft_claim_cancel(mep__ft_t *ft) {
+  atomic_store(&ft->cl.cancel, 1);
+  mep__ft_claim_join(ft);
+}
+
 void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
                          uint64_t decided) {
   mep__ft_claim_t *cl = &comm->ft->cl;
@@ -100,6 +110,7 @@ void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
   cl->rc = 0;
   cl->lost = 0;
   cl->since = mep__now_ms();
+  atomic_store(&cl->cancel, 0);
   atomic_store(&cl->state, 1);
   if (pthread_create(&cl->thread, NULL, claim_run, comm)) {
     atomic_store(&cl->state, 0);

@@ -40,6 +40,7 @@ typedef struct mep__ft_peer {
 typedef struct mep__ft_claim {
   pthread_t thread;
   _Atomic int state;       /* 0 none, 1 running, 2 finished (join it) */
+  atomic_int cancel;       /* set: its store requests give up (store.h) */
   uint64_t epoch;          /* 0: no decision pending */
   uint64_t decided, mine_decided, since;
   uint8_t *set;            /* the winner's set (the thread writes it) */
@@ -82,11 +83,14 @@ typedef struct mep__ft_decision {
 
 /* ft_claim.c (below ft.c, which alone calls it): claims `epoch` for `set`
  * in the store; settle returns 1 with the outcome in *d once it is known
- * (or after two probe periods), else 0; join reaps the thread. */
+ * (or after two probe periods), else 0; join reaps the thread; cancel
+ * makes a claim still waiting for the built-in store give up, and reaps
+ * it. */
 void mep__ft_claim_start(mep_comm_t *comm, uint64_t epoch, const uint8_t *set,
                          uint64_t decided);
 int mep__ft_claim_settle(mep_comm_t *comm, uint64_t now,
                          mep__ft_decision_t *d);
 void mep__ft_claim_join(mep__ft_t *ft);
+void mep__ft_claim_cancel(mep__ft_t *ft);
 
 #endif

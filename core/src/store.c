@@ -11,6 +11,7 @@
  * in another (which the get may be waiting for). */
 #include "error.h"
 #include "log.h"
+#include "store.h"
 #include "store_proto.h"
 
 #include <ctype.h>
@@ -63,7 +64,16 @@ typedef struct op {
   size_t key_len;
   int64_t deadline; /* NO_DEADLINE: wait forever */
   int budget_ms;
+  const atomic_int *cancel; /* the calling thread's (store.h), or NULL */
 } op_t;
+
+static _Thread_local const atomic_int *thread_cancel;
+
+void mep__store_cancel_on(const atomic_int *flag) { thread_cancel = flag; }
+
+static int cancelled(const atomic_int *cancel) {
+  return cancel && atomic_load(cancel);
+}
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -71,26 +81,43 @@ static int64_t now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int64_t ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+/* A wait's outcome. */
+enum { WAIT_DEADLINE, WAIT_READY, WAIT_ERROR, WAIT_CANCELLED };
+
+/* Sleeps `ms`, in slices that look at `cancel`: 1 if it was set. */
+static int sleep_ms(int64_t ms, const atomic_int *cancel) {
+  int64_t end = now_ms() + ms;
+  for (int64_t left = ms; left > 0; left = end - now_ms()) {
+    if (cancelled(cancel)) return 1;
+    if (cancel && left > MEP__STORE_CANCEL_MS) left = MEP__STORE_CANCEL_MS;
+    struct timespec ts = {.tv_sec = left / 1000,
+                          .tv_nsec = (left % 1000) * 1000000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
   }
+  return cancelled(cancel);
 }
 
-/* 1 when `fd` is ready for `events`, 0 at the deadline, -1 on error.
- * Looks at least once, so what is ready at the deadline still counts. */
-static int wait_fd(int fd, short events, int64_t deadline) {
+/* Waits until `fd` is ready for `events` (WAIT_ERROR with errno set).
+ * Looks at least once, so what is ready at the deadline still counts;
+ * with a cancel flag, polls in slices and looks at it between them. */
+static int wait_fd(int fd, short events, int64_t deadline,
+                   const atomic_int *cancel) {
   for (;;) {
+    if (cancelled(cancel)) return WAIT_CANCELLED;
     int timeout = -1;
     if (deadline != NO_DEADLINE) {
       int64_t left = deadline - now_ms();
       timeout = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
     }
+    if (cancel && (timeout < 0 || timeout > MEP__STORE_CANCEL_MS))
+      timeout = MEP__STORE_CANCEL_MS;
     struct pollfd p = {.fd = fd, .events = events};
     int n = poll(&p, 1, timeout);
-    if (n > 0) return 1;
-    if (n < 0 && errno != EINTR) return -1;
-    if (n == 0 && deadline != NO_DEADLINE && now_ms() >= deadline) return 0;
+    if (n > 0) return WAIT_READY;
+    if (n < 0 && errno != EINTR) return WAIT_ERROR;
+    if (n == 0 && deadline != NO_DEADLINE && now_ms() >= deadline)
+      return WAIT_DEADLINE;
   }
 }
 
@@ -120,7 +147,7 @@ static void tune(int fd) {
 
 /* One non-blocking connect to one address; 0 or an errno value. */
 static int connect_addr(const struct addrinfo *ai, int64_t deadline,
-                        int *fd_out) {
+                        const atomic_int *cancel, int *fd_out) {
   int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
                                      SOCK_CLOEXEC, ai->ai_protocol);
   if (fd < 0) return errno;
@@ -128,10 +155,11 @@ static int connect_addr(const struct addrinfo *ai, int64_t deadline,
   if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
     err = errno;
     if (err == EINPROGRESS) {
-      int w = wait_fd(fd, POLLOUT, deadline);
+      int w = wait_fd(fd, POLLOUT, deadline, cancel);
       socklen_t len = sizeof err;
-      if (w == 0) err = ETIMEDOUT;
-      else if (w < 0) err = errno;
+      if (w == WAIT_DEADLINE) err = ETIMEDOUT;
+      else if (w == WAIT_CANCELLED) err = ECANCELED;
+      else if (w == WAIT_ERROR) err = errno;
       else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
         err = errno;
     }
@@ -145,11 +173,17 @@ static int connect_addr(const struct addrinfo *ai, int64_t deadline,
   return 0;
 }
 
+static int dial_cancelled(const tcp_store_t *st) {
+  return mep__err(MEP_ERR_CLOSED, "store: connect to %s: cancelled by its "
+                  "caller", st->where);
+}
+
 /* One pass over the host's addresses. MEP_OK, or *retry set and `why`
  * filled for a failure worth retrying, or an error set for one that is
  * not. */
-static int dial_once(tcp_store_t *st, int64_t deadline, int *fd,
-                     int *retry, char *why, size_t why_len) {
+static int dial_once(tcp_store_t *st, int64_t deadline,
+                     const atomic_int *cancel, int *fd, int *retry,
+                     char *why, size_t why_len) {
   struct addrinfo hints = {.ai_family = AF_UNSPEC,
                            .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_NUMERICSERV};
@@ -166,13 +200,14 @@ static int dial_once(tcp_store_t *st, int64_t deadline, int *fd,
                     "'%s': %s", st->where, st->host, gai_strerror(rc));
   int err = 0, refused = 1;
   for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-    err = connect_addr(ai, deadline, fd);
-    if (err == 0) break;
+    err = connect_addr(ai, deadline, cancel, fd);
+    if (err == 0 || err == ECANCELED) break;
     if (retryable(err)) *retry = 1;
     refused &= err == ECONNREFUSED;
   }
   freeaddrinfo(res);
   if (err == 0) return MEP_OK;
+  if (err == ECANCELED) return dial_cancelled(st);
   /* Not retried: a fault-tolerance claim still asking the store of a
    * group whose store host died would hold up mep_comm_destroy for the
    * whole connect timeout. */
@@ -191,8 +226,9 @@ static int dial_once(tcp_store_t *st, int64_t deadline, int *fd,
 }
 
 /* Connects, retrying refused (not yet listening) servers with backoff
- * until the deadline. */
-static int dial(tcp_store_t *st, int64_t deadline, conn_t **out) {
+ * until the deadline or the cancel flag (may be NULL). */
+static int dial(tcp_store_t *st, int64_t deadline, const atomic_int *cancel,
+                conn_t **out) {
   int64_t start = now_ms();
   int tries = 0;
   int64_t delay = BACKOFF_FIRST_MS;
@@ -201,7 +237,7 @@ static int dial(tcp_store_t *st, int64_t deadline, conn_t **out) {
   for (;;) {
     int retry = 0;
     tries++;
-    int rc = dial_once(st, deadline, &fd, &retry, why, sizeof why);
+    int rc = dial_once(st, deadline, cancel, &fd, &retry, why, sizeof why);
     if (rc == MEP_OK) break;
     if (!retry) return rc;
     int64_t left = deadline - now_ms();
@@ -209,7 +245,8 @@ static int dial(tcp_store_t *st, int64_t deadline, conn_t **out) {
       return mep__err(MEP_ERR_TIMEOUT, "store: connect to %s: %s after "
                       "%.1f s (%d tries)", st->where, why,
                       (double)(now_ms() - start) / 1000.0, tries);
-    sleep_ms(delay < left ? delay : left);
+    if (sleep_ms(delay < left ? delay : left, cancel))
+      return dial_cancelled(st);
     delay = delay * 2 < BACKOFF_MAX_MS ? delay * 2 : BACKOFF_MAX_MS;
   }
   atomic_store(&st->reached, 1);
@@ -256,7 +293,8 @@ static int checkout(op_t *op, conn_t **out) {
   /* A get may wait long for its key, but reaching the server is bounded
    * by the connect timeout all the same. */
   int64_t limit = now_ms() + st->timeout_ms;
-  return dial(st, op->deadline < limit ? op->deadline : limit, out);
+  return dial(st, op->deadline < limit ? op->deadline : limit, op->cancel,
+              out);
 }
 
 static void checkin(tcp_store_t *st, conn_t *c) {
@@ -274,6 +312,12 @@ static int op_timeout(const op_t *op) {
                   op->budget_ms);
 }
 
+static int op_cancelled(const op_t *op) {
+  return mep__err(MEP_ERR_CLOSED, "store: %s of key '%.64s' at %s: "
+                  "cancelled by its caller", op->name, op->key,
+                  op->st->where);
+}
+
 static int op_broken(const op_t *op, int err) {
   if (err == 0)
     return mep__err(MEP_ERR_PEER_FAILED, "store: %s of key '%.64s': the "
@@ -282,6 +326,13 @@ static int op_broken(const op_t *op, int err) {
   return mep__err_errno(MEP_ERR_PEER_FAILED, err, "store: %s of key '%.64s': "
                         "connection to the server at %s failed", op->name,
                         op->key, op->st->where);
+}
+
+/* What a wait that did not end ready means for the request. */
+static int op_unready(const op_t *op, int w) {
+  return w == WAIT_DEADLINE    ? op_timeout(op)
+         : w == WAIT_CANCELLED ? op_cancelled(op)
+                               : op_broken(op, errno);
 }
 
 static int op_protocol(const op_t *op, const char *why) {
@@ -300,9 +351,8 @@ static int send_all(const op_t *op, conn_t *c, struct iovec *iov, int n) {
     ssize_t w = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      int r = wait_fd(c->fd, POLLOUT, op->deadline);
-      if (r == 0) return op_timeout(op);
-      if (r < 0) return op_broken(op, errno);
+      int r = wait_fd(c->fd, POLLOUT, op->deadline, op->cancel);
+      if (r != WAIT_READY) return op_unready(op, r);
       continue;
     }
     if (w < 0) return op_broken(op, errno);
@@ -331,9 +381,8 @@ static int recv_all(const op_t *op, conn_t *c, void *buf, size_t len) {
     if (r == 0) return op_broken(op, 0);
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return op_broken(op, errno);
-    int w = wait_fd(c->fd, POLLIN, op->deadline);
-    if (w == 0) return op_timeout(op);
-    if (w < 0) return op_broken(op, errno);
+    int w = wait_fd(c->fd, POLLIN, op->deadline, op->cancel);
+    if (w != WAIT_READY) return op_unready(op, w);
   }
   return MEP_OK;
 }
@@ -386,6 +435,7 @@ static int recv_reply(const op_t *op, conn_t *c, uint32_t seq,
 /* Sends one request and waits for its reply. */
 static int request(op_t *op, uint8_t code, uint16_t flags, const void *val,
                    size_t val_len, uint8_t **body, size_t *body_len) {
+  if (cancelled(op->cancel)) return op_cancelled(op);
   conn_t *c;
   int rc = checkout(op, &c);
   if (rc != MEP_OK) return rc;
@@ -410,7 +460,7 @@ static int request(op_t *op, uint8_t code, uint16_t flags, const void *val,
 static int op_begin(op_t *op, tcp_store_t *st, const char *name,
                     const char *key, int timeout_ms) {
   *op = (op_t){.st = st, .name = name, .key = key ? key : "(null)",
-               .budget_ms = timeout_ms};
+               .budget_ms = timeout_ms, .cancel = thread_cancel};
   op->deadline = timeout_ms < 0 ? NO_DEADLINE : now_ms() + timeout_ms;
   if (!st || !key || !*key)
     return mep__err(MEP_ERR_INVALID, "store: %s: the key is %s", name,
@@ -531,7 +581,7 @@ int mep_store_tcp_connect(const char *host, int port, int timeout_ms,
                           .add = tcp_add, .check = tcp_check,
                           .destroy = tcp_destroy};
   conn_t *c;
-  int rc = dial(st, now_ms() + st->timeout_ms, &c);
+  int rc = dial(st, now_ms() + st->timeout_ms, NULL, &c);
   if (rc != MEP_OK) {
     tcp_destroy(st);
     return rc;

@@ -4,11 +4,17 @@
  * arbitration; the result equals the reference over the survivors, and
  * mep_comm_destroy does not wait for the store.
  *
- *   test_store_gone [NRANKS]   (default 4; the last rank dies)
+ *   test_store_gone [NRANKS] [killed|frozen]
+ *
+ * NRANKS: default 4; the last rank dies. killed (the default): the
+ * store's process dies, and its host refuses connections. frozen: the
+ * store's process is stopped, as a host cut off from the network would
+ * look: connections are not refused, requests are never answered.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -65,21 +71,28 @@ static int rank_main(int port, int rank, int n, shared_t *sh) {
   CHECK_OK(mep_allreduce(comm, x, y, COUNT, MEP_INT64, MEP_SUM, NULL));
   printf("rank %d: degraded all-reduce without the store in %llu ms\n", rank,
          (unsigned long long)took);
-  /* Not held up for the store's 10 s connect timeout by the coordinator's
-   * claim, which asks a store that refuses connections now. */
+  /* Not held up for the store's 10 s timeout by the coordinator's claim,
+   * which asks a store that refuses connections or never answers. */
   t0 = now_ms();
   mep_comm_destroy(comm);
   took = now_ms() - t0;
   CHECK(took < 3000, "rank %d: mep_comm_destroy took %llu ms", rank,
         (unsigned long long)took);
+  printf("rank %d: mep_comm_destroy in %llu ms\n", rank,
+         (unsigned long long)took);
   mep_store_destroy(st);
+  fflush(stdout); /* the child leaves with _exit */
   return 0;
 }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 4;
+  const char *how = argc > 2 ? argv[2] : "killed";
   CHECK(n >= 3 && n <= 16, "NRANKS %d is not in [3, 16]: a majority must "
         "survive", n);
+  int frozen = strcmp(how, "frozen") == 0;
+  CHECK(frozen || strcmp(how, "killed") == 0, "'%s' is not killed or frozen",
+        how);
   setenv("MEP_CORE_PROBE_MS", "500", 0);
   setenv("MEP_CORE_TIMEOUT_MS", "3000", 0);
   shared_t *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
@@ -100,9 +113,10 @@ int main(int argc, char **argv) {
   while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < n &&
          now_ms() < deadline)
     usleep(1000);
-  /* The store's process dies, as it would with the host of rank 0. */
-  kill(store.pid, SIGKILL);
-  mep_launch_store_stop(&store);
+  /* The store's process dies, as it would with the host of rank 0, or
+   * stops answering, as it would behind a cut cable. */
+  kill(store.pid, frozen ? SIGSTOP : SIGKILL);
+  if (!frozen) mep_launch_store_stop(&store);
   __atomic_store_n(&sh->store_gone, 1, __ATOMIC_SEQ_CST);
   int failed = 0;
   for (int r = 0; r < n; r++) {
@@ -123,7 +137,11 @@ int main(int argc, char **argv) {
       failed++;
     }
   }
-  printf("%s: %d ranks, store gone, rank %d killed\n",
-         failed ? "FAIL" : "ok", n, n - 1);
+  if (frozen) {
+    kill(store.pid, SIGKILL);
+    mep_launch_store_stop(&store);
+  }
+  printf("%s: %d ranks, store %s, rank %d killed\n", failed ? "FAIL" : "ok",
+         n, how, n - 1);
   return failed ? 1 : 0;
 }

@@ -10,6 +10,7 @@
  * process with forked clients run in a child of their own, or the clients
  * are forked before the server thread starts; fork_alone() checks it. */
 #include "mep/mep.h"
+#include "store.h"
 #include "store_proto.h"
 
 #include <arpa/inet.h>
@@ -19,6 +20,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1093,6 +1095,62 @@ static void case_add(void) {
   mep_store_server_stop(srv);
 }
 
+/* ---------------------------------------------------- case: cancel */
+
+typedef struct canceller {
+  waiter_t w;
+  atomic_int flag;
+  int again_rc;
+  int64_t again_ms;
+} canceller_t;
+
+/* A get that would wait 5 s, under a cancel flag (store.h); then one more
+ * request of the same thread after the flag was set. */
+static void *cancelled_main(void *arg) {
+  canceller_t *c = arg;
+  mep__store_cancel_on(&c->flag);
+  waiter_main(&c->w);
+  int64_t t0 = now_ms(), r;
+  c->again_rc = c->w.s->add(c->w.s->ctx, "n", 1, &r);
+  c->again_ms = now_ms() - t0;
+  mep__store_cancel_on(NULL);
+  return NULL;
+}
+
+/* What mep_comm_destroy does to a fault-tolerance claim that waits for a
+ * store that stopped answering: the flag ends the wait within
+ * MEP__STORE_CANCEL_MS, and the store still serves other threads. */
+static void case_cancel(void) {
+  int port;
+  mep_store_server_t *srv = server("127.0.0.1", &port);
+  mep_store_t *s = client("127.0.0.1", port, 30000);
+  canceller_t c = {.w = {.s = s, .key = "never", .timeout_ms = 5000}};
+  pthread_t t;
+  pthread_create(&t, NULL, cancelled_main, &c);
+  sleep_ms(300);
+  int64_t t0 = now_ms();
+  atomic_store(&c.flag, 1);
+  pthread_join(t, NULL);
+  EXPECT(c.w.rc == MEP_ERR_CLOSED, "cancelled get: %s: %s",
+         mep_strerror(c.w.rc), c.w.msg);
+  EXPECT(strstr(c.w.msg, "cancelled") && strstr(c.w.msg, "never"),
+         "message: %s", c.w.msg);
+  EXPECT(c.w.done_ms - t0 < 10 * MEP__STORE_CANCEL_MS,
+         "the get ended %" PRId64 " ms after the flag", c.w.done_ms - t0);
+  EXPECT(c.again_rc == MEP_ERR_CLOSED && c.again_ms < MEP__STORE_CANCEL_MS,
+         "a request after the flag: %s in %" PRId64 " ms",
+         mep_strerror(c.again_rc), c.again_ms);
+  /* The flag belongs to that thread: this one's requests go on, and the
+   * add above never reached the server. */
+  int e = 1;
+  EXPECT_OK(s->check(s->ctx, "n", &e));
+  EXPECT(e == 0, "the cancelled add was carried out");
+  EXPECT_OK(s->set(s->ctx, "never", "late", 4));
+  expect_str(s, "never", "late");
+  mep_store_destroy(s);
+  mep_store_server_stop(srv);
+}
+
 /* ------------------------------------------------------------- main */
 
 static const struct {
@@ -1106,6 +1164,7 @@ static const struct {
     {"names", case_names},     {"garbage", case_garbage},
     {"oversize", case_oversize}, {"large", case_large},
     {"add", case_add},         {"badserver", case_badserver},
+    {"cancel", case_cancel},
 };
 
 int main(int argc, char **argv) {
