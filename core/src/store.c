@@ -71,6 +71,10 @@ static _Thread_local const atomic_int *thread_cancel;
 
 void mep__store_cancel_on(const atomic_int *flag) { thread_cancel = flag; }
 
+int mep_store_cancelled(void) {
+  return thread_cancel ? atomic_load(thread_cancel) != 0 : -1;
+}
+
 static int cancelled(const atomic_int *cancel) {
   return cancel && atomic_load(cancel);
 }

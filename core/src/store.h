@@ -7,7 +7,8 @@
  * MEP__STORE_CANCEL_MS with MEP_ERR_CLOSED. The fault-tolerance claim runs
  * its requests so, and mep_comm_destroy sets the flag instead of waiting
  * out a store that stopped answering (docs/fault-tolerance.md). A store of
- * the caller's own knows nothing of it and is waited for. */
+ * the caller's own learns of it through mep_store_cancelled (mep.h), and
+ * is waited for if it does not ask. */
 #ifndef MEP_STORE_H
 #define MEP_STORE_H
 

@@ -7,7 +7,8 @@ right again. Mooncake's recovery recipe, run as Mooncake's users write it
 (`import mep as ep`, the backend object, the truth of a peer state). A
 group that grows beyond its initial size. A rank that forked a child and
 died (its loss must not wait for the child), and forks while collectives
-run."""
+run. A group destroyed at once after a death while its store does not
+answer."""
 import ctypes
 import datetime
 import os
@@ -354,3 +355,64 @@ def busy_forker(ctx, forks):
 
 def test_fork_while_collectives_run():
     assert run_ranks(busy_forker, 3, 40, timeout_s=120) == ["ok"] * 3
+
+
+def frozen_store_member(ctx, victim, marks):
+    """Survives a death while the store does not answer, then destroys
+    the group at once: the coordinator's claim, stuck in torch's store,
+    is cancelled rather than waited for (torch's store timeout, 60 s)."""
+    init(ctx)
+    x = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, range(ctx.world)))
+    (marks / f"ready.{ctx.rank}").touch()
+    deadline = time.monotonic() + 30
+    while not (marks / "go").exists():
+        assert time.monotonic() < deadline, "never told to go on"
+        time.sleep(0.01)
+    survivors = [r for r in range(ctx.world) if r != victim]
+    x = torch.full((64,), float(ctx.rank + 1))
+    dist.all_reduce(x)
+    assert torch.equal(x, full(ctx.world, survivors)), x[:4]
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    return time.monotonic() - t0
+
+
+def test_destroy_with_the_store_frozen(tmp_path):
+    """The store's host cut off (its process stopped: connections are not
+    refused, nothing is answered), then a rank killed."""
+    import subprocess
+    import sys
+    server = subprocess.Popen(
+        [sys.executable, "-c",
+         "import datetime, sys, time, torch.distributed as d\n"
+         "s = d.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False,"
+         " timeout=datetime.timedelta(seconds=60))\n"
+         "print(s.port, flush=True)\n"
+         "time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline())
+        store = dist.TCPStore("127.0.0.1", port, is_master=False,
+                              timeout=datetime.timedelta(seconds=60))
+        world, victim = 3, 2
+        ranks = Ranks(frozen_store_member, world, (victim, tmp_path),
+                      timeout_s=60, store=store)
+        try:
+            deadline = time.monotonic() + 60
+            while not all((tmp_path / f"ready.{r}").exists() for r in range(world)):
+                assert time.monotonic() < deadline, "the ranks never got ready"
+                time.sleep(0.01)
+            server.send_signal(signal.SIGSTOP)
+            ranks.kill(victim)
+            (tmp_path / "go").touch()
+        except BaseException:
+            ranks.close()
+            raise
+        took = ranks.wait(expect_dead=(victim,))
+    finally:
+        server.kill()
+        server.wait()
+    print("destroy_process_group took", {r: f"{t:.3f} s" for r, t in took.items()})
+    assert all(took[r] < 5 for r in took), took

@@ -183,6 +183,16 @@ MEP_API int mep_store_tcp_connect(const char *host, int port, int timeout_ms,
  * mep_store_tcp_connect. */
 MEP_API void mep_store_destroy(mep_store_t *store);
 
+/* Since 0.2. For the callbacks of a store of the caller's own: whether the
+ * core still wants the request the calling thread is making. 1: it does
+ * not (mep_comm_destroy cancelled the fault-tolerance claim that made it);
+ * a callback that waits (for a server that may have vanished) should look
+ * now and then, every 50 ms or so, and return MEP_ERR_CLOSED once it is 1.
+ * 0: it still does. -1: the request cannot be cancelled, wait as usual.
+ * The built-in store (mep_store_tcp_connect) does this itself. Thread-safe;
+ * it reads the calling thread's state only. */
+MEP_API int mep_store_cancelled(void);
+
 /* ----------------------------------------------------------- communicator */
 
 typedef struct mep_comm mep_comm_t;

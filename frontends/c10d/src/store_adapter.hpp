@@ -30,7 +30,9 @@ class StoreAdapter {
                  int timeout_ms);
   static int add(void *ctx, const char *key, int64_t delta, int64_t *result);
   static int check(void *ctx, const char *key, int *exists);
-  int failed(const char *op, const char *key, const std::exception &e);
+  template <class R, class F>
+  int call(const char *op, const char *key, F fn, R *out);
+  int failed(const char *op, const char *key, const std::string &what);
 
   c10::intrusive_ptr<c10d::Store> store_;
   mep_store_t vt_{};
