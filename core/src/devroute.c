@@ -48,11 +48,11 @@ static void note(char *why, size_t len, const char *fmt, ...) {
  * and for kinds whose kernels name their own memory (MEP_DEV_MLX5) the
  * local part too. */
 static int has_descriptors(const mep_transport_t *vt, mep_dev_kind_t kind) {
-  if (!MEP_TP_HAS(vt, device_region) || !vt->device_descriptor ||
-      !vt->device_region)
+  if (!MEP_TP_HAS(vt, mep_transport_t, device_region) ||
+      !vt->device_descriptor || !vt->device_region)
     return 0;
   return kind != MEP_DEV_MLX5 ||
-         (MEP_TP_HAS(vt, device_local) && vt->device_local);
+         (MEP_TP_HAS(vt, mep_transport_t, device_local) && vt->device_local);
 }
 
 /* A transport may serve kernels of `kind` for peers at all: it runs, the

@@ -102,7 +102,8 @@ int mep__devshare_open(mep_comm_t *comm, const char *what, uint64_t serial,
 static int local_part(mep__devshare_t *s, mep__devpeer_t *dp) {
   mep__tp_t *tp = &s->comm->tps[dp->route.tp];
   dp->local_len = 0;
-  if (!MEP_TP_HAS(tp->vt, device_local) || !tp->vt->device_local)
+  if (!MEP_TP_HAS(tp->vt, mep_transport_t, device_local) ||
+      !tp->vt->device_local)
     return MEP_OK;
   const reg_t *r = reg_of(s, dp->route.tp);
   size_t n = sizeof dp->local;

@@ -77,7 +77,7 @@ static int check_vtable(const char *path, const mep_transport_t *vt) {
                     "speaks %d.%d; rebuild the plugin against this mep",
                     path, vt->abi_major, vt->abi_minor,
                     MEP_TRANSPORT_ABI_MAJOR, MEP_TRANSPORT_ABI_MINOR);
-  if (!MEP_TP_HAS(vt, fini))
+  if (!MEP_TP_HAS(vt, mep_transport_t, fini))
     return mep__err(MEP_ERR_ABI,
                     "plugin %s: struct_size %u is smaller than ABI %d's "
                     "%zu bytes", path, vt->struct_size,

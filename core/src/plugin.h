@@ -12,15 +12,11 @@ struct mep_plugin {
   char *path;                /* the file it came from */
 };
 
-/* True when the plugin's struct is large enough to hold `field`. */
-#define MEP_TP_HAS(vt, field)                                                 \
-  ((vt)->struct_size >= offsetof(mep_transport_t, field) + sizeof((vt)->field))
-
 /* The plugin's declared configuration keys (ABI 1.3), or NULL with *n 0. */
 static inline const mep_tp_cfg_key_t *mep__plugin_keys(
     const mep_transport_t *vt, size_t *n) {
-  int has = MEP_TP_HAS(vt, config_nkeys) && vt->config_keys &&
-            vt->config_nkeys;
+  int has = MEP_TP_HAS(vt, mep_transport_t, config_nkeys) &&
+            vt->config_keys && vt->config_nkeys;
   *n = has ? vt->config_nkeys : 0;
   return has ? vt->config_keys : NULL;
 }

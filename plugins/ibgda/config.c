@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "entry.h"
 #include "ibgda.h"
 
 const mep_tp_cfg_key_t mep__ibgda_keys[MEP_IBGDA_NKEYS] = {
@@ -49,16 +50,11 @@ static int copy_str(const mep_tp_env_t *env, const char *key, char *dst,
 }
 
 int mep__ibgda_cfg_read(const mep_tp_env_t *env, ibgda_cfg_t *c) {
-  if (env->struct_size <
-          offsetof(mep_tp_env_t, cfg_str) + sizeof env->cfg_str ||
-      !env->cfg_int || !env->cfg_range || !env->cfg_str) {
-    env->set_error("ibgda: this libmep is older than transport ABI 1.3 "
-                   "(typed configuration reads); rebuild ibgda against it");
-    return MEP_ERR_ABI;
-  }
+  int rc = mep__tp_env_typed(env, "ibgda");
+  if (rc) return rc;
   memset(c, 0, sizeof *c);
   int64_t backend, port, gid, sq, inl, lo, hi;
-  int rc = env->cfg_int(env, "backend", &backend);
+  rc = env->cfg_int(env, "backend", &backend);
   if (!rc) rc = env->cfg_int(env, "port", &port);
   if (!rc) rc = env->cfg_int(env, "gid_index", &gid);
   if (!rc) rc = env->cfg_int(env, "send_queue", &sq);

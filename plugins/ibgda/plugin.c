@@ -6,33 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "entry.h"
 #include "ibgda.h"
 
 #define IBGDA_DEFAULT_TIMEOUT_MS 30000
-
-static int env_ok(const mep_tp_env_t *env) {
-  return env && env->struct_size >= offsetof(mep_tp_env_t, set_error) +
-                                        sizeof env->set_error &&
-         env->log && env->set_error;
-}
-
-/* Random, so that a replacement of a rank is told from the process it
- * replaces (handshake.h). */
-static uint64_t new_incarnation(const void *salt) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)salt;
-    v *= 0x9e3779b97f4a7c15ull;
-  }
-  return v ? v : 1;
-}
 
 /* In a forked child (fork_watch.h): the bootstrap listener, the
  * connections pending on it and each endpoint's liveness socket. */
@@ -116,7 +95,7 @@ static int open_backend(ibgda_ctx_t *ctx) {
 }
 
 static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
-  if (!out || !env_ok(env)) return MEP_ERR_INVALID;
+  if (!out || !mep__tp_env_ok(env)) return MEP_ERR_INVALID;
   if (env->rank < 0 || env->size <= 0 || env->rank >= env->size) {
     env->set_error("ibgda: init: rank %d in a group of %d", env->rank,
                    env->size);
@@ -147,7 +126,7 @@ static int ibgda_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->size = env->size;
   ctx->timeout_ms = env->timeout_ms > 0 ? env->timeout_ms
                                         : IBGDA_DEFAULT_TIMEOUT_MS;
-  ctx->inc = new_incarnation(ctx);
+  ctx->inc = mep__tp_incarnation(ctx);
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
   ctx->peers = calloc((size_t)env->size, sizeof *ctx->peers);
@@ -185,7 +164,6 @@ static int ibgda_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   /* over the model its own cost (docs/ibgda.md), not a NIC's; on a NIC
    * its port's rate */
   mep_tp_props_t full = {
-      .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_HOST,
       .dev_kind = MEP_DEV_MLX5,
       /* the model's FETCH_AND_ADD is not atomic (model.h) */
@@ -195,9 +173,7 @@ static int ibgda_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       .bandwidth_gbps = ctx->hw ? ctx->dev.gbps : 2.0,
       .event_fd = -1,
   };
-  size_t n = props->struct_size < sizeof full ? props->struct_size
-                                              : sizeof full;
-  memcpy(props, &full, n);
+  mep__tp_props_put(props, &full);
   return 0;
 }
 

@@ -12,29 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "entry.h"
 #include "nvlink.h"
-
-static int env_ok(const mep_tp_env_t *env) {
-  return env && env->struct_size >= offsetof(mep_tp_env_t, set_error) +
-                                        sizeof env->set_error &&
-         env->log && env->set_error;
-}
-
-static uint64_t new_nonce(const void *salt) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)salt;
-    v = mep__nvl_hash(&v, sizeof v, 0xcbf29ce484222325ull);
-  }
-  return v ? v : 1;
-}
 
 const mep_tp_cfg_key_t mep__nvl_keys[MEP_NVL_NKEYS] = {
     {"enable", MEP_TP_CFG_BOOL, 0, 0, "1", NULL,
@@ -47,14 +28,9 @@ const mep_tp_cfg_key_t mep__nvl_keys[MEP_NVL_NKEYS] = {
 
 /* [nvlink] enable = 0 turns the transport off (MEP_ERR_UNAVAILABLE). */
 static int cfg_read(const mep_tp_env_t *env, nvl_ctx_t *ctx) {
-  if (env->struct_size < offsetof(mep_tp_env_t, cfg_int) +
-                             sizeof env->cfg_int || !env->cfg_int) {
-    env->set_error("nvlink: this libmep is older than transport ABI 1.3 "
-                   "(typed configuration reads); rebuild nvlink against it");
-    return MEP_ERR_ABI;
-  }
   int64_t on, access;
-  int rc = env->cfg_int(env, "enable", &on);
+  int rc = mep__tp_env_typed(env, MEP_NVL_NAME);
+  if (!rc) rc = env->cfg_int(env, "enable", &on);
   if (!rc) rc = env->cfg_int(env, "enable_peer_access", &access);
   if (rc) return rc;
   if (!on) {
@@ -131,7 +107,7 @@ static int ctx_open(nvl_ctx_t *ctx) {
 }
 
 static int nvl_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
-  if (!out || !env_ok(env)) return MEP_ERR_INVALID;
+  if (!out || !mep__tp_env_ok(env)) return MEP_ERR_INVALID;
   if (env->rank < 0 || env->size <= 0 || env->rank >= env->size) {
     env->set_error("nvlink: init: rank %d in a group of %d", env->rank,
                    env->size);
@@ -164,7 +140,7 @@ static int nvl_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   pthread_mutex_init(&ctx->mu, NULL);
   const char *host = env->host_id ? env->host_id : "";
   ctx->self.host = mep__nvl_hash(host, strlen(host), 0xcbf29ce484222325ull);
-  ctx->self.nonce = new_nonce(ctx);
+  ctx->self.nonce = mep__tp_incarnation(ctx);
   ctx->self.pid = (uint32_t)getpid();
   int rc = cfg_read(env, ctx);
   if (!rc && !(ctx->eps = calloc((size_t)env->size, sizeof *ctx->eps)))
@@ -182,7 +158,6 @@ static int nvl_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
 static int nvl_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   if (!ctxp || !props) return MEP_ERR_INVALID;
   mep_tp_props_t full = {
-      .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_CUDA,
       .dev_kind = MEP_DEV_PTR,
       .atomics = 1,
@@ -194,9 +169,7 @@ static int nvl_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       .bandwidth_gbps = 300.0,
       .event_fd = -1,
   };
-  size_t n = props->struct_size < sizeof full ? props->struct_size
-                                              : sizeof full;
-  memcpy(props, &full, n);
+  mep__tp_props_put(props, &full);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "entry.h"
 #include "tcp.h"
 
 const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS] = {
@@ -48,17 +49,12 @@ const mep_tp_cfg_key_t mep__tcp_keys[MEP_TCP_NKEYS] = {
  * the plugin; the typed reads check again (a host may hand other values)
  * and apply the defaults. */
 int mep__tcp_cfg_read(const mep_tp_env_t *env, tcp_cfg_t *cfg) {
-  if (env->struct_size < offsetof(mep_tp_env_t, cfg_str) +
-                             sizeof env->cfg_str ||
-      !env->cfg_int || !env->cfg_range || !env->cfg_str) {
-    env->set_error("tcp: this libmep is older than transport ABI 1.3 "
-                   "(typed configuration reads); rebuild tcp against it");
-    return MEP_ERR_ABI;
-  }
+  int rc = mep__tp_env_typed(env, "tcp");
+  if (rc) return rc;
   memset(cfg, 0, sizeof *cfg);
   int64_t lo, hi, nsock, retries, nodelay, send_thread, send_threads,
       recv_thread;
-  int rc = env->cfg_range(env, "port_range", &lo, &hi);
+  rc = env->cfg_range(env, "port_range", &lo, &hi);
   if (!rc) rc = env->cfg_int(env, "sockets_per_peer", &nsock);
   if (!rc) rc = env->cfg_int(env, "connect_retries", &retries);
   if (!rc) rc = env->cfg_int(env, "nodelay", &nodelay);

@@ -9,24 +9,16 @@
  * A child forked from the process lets go of the sockets (fork.c).
  */
 #include <arpa/inet.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "entry.h"
 #include "tcp.h"
 
 #define TCP_DEFAULT_TIMEOUT_MS 30000
-
-static int env_ok(const mep_tp_env_t *env) {
-  return env && env->struct_size >= offsetof(mep_tp_env_t, set_error) +
-                                        sizeof env->set_error &&
-         env->log && env->set_error;
-}
 
 static int ctx_open(tcp_ctx_t *ctx) {
   int rc = mep__tcp_listen(ctx);
@@ -41,21 +33,6 @@ static int ctx_open(tcp_ctx_t *ctx) {
     return TCP_ERR(ctx, MEP_ERR_SYSTEM,
                    "tcp: creating the epoll set or eventfd failed");
   return 0;
-}
-
-/* Random, so that a replacement of a rank (same rank, same secret) is told
- * from the process it replaces; never 0. */
-static uint64_t new_incarnation(const tcp_ctx_t *ctx) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)ctx;
-    v ^= v >> 31;
-    v *= 0x9e3779b97f4a7c15ull;
-  }
-  return v ? v : 1;
 }
 
 static int tcp_fini(mep_tp_ctx_t *ctxp) {
@@ -87,7 +64,7 @@ static int tcp_fini(mep_tp_ctx_t *ctxp) {
 }
 
 static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
-  if (!out || !env_ok(env)) return MEP_ERR_INVALID;
+  if (!out || !mep__tp_env_ok(env)) return MEP_ERR_INVALID;
   if (env->rank < 0 || env->size <= 0 || env->rank >= env->size) {
     env->set_error("tcp: init: rank %d in a group of %d", env->rank,
                    env->size);
@@ -115,7 +92,7 @@ static int tcp_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->cqsrc.kind = TCP_SRC_CQ;
   ctx->rxsrc.kind = TCP_SRC_RX;
   ctx->hs_next_deadline = INT64_MAX;
-  ctx->inc = new_incarnation(ctx);
+  ctx->inc = mep__tp_incarnation(ctx);
   pthread_mutex_init(&ctx->poll_mu, NULL);
   pthread_mutex_init(&ctx->mu, NULL);
   /* dereg must not wait behind an endless run of payload reads */
@@ -150,7 +127,6 @@ static int tcp_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   tcp_ctx_t *ctx = ctxp;
   if (!ctx || !props) return MEP_ERR_INVALID;
   mep_tp_props_t full = {
-      .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_HOST,
       .dev_kind = MEP_DEV_NONE,
       .atomics = 0,
@@ -163,9 +139,7 @@ static int tcp_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       /* a region is a base and a length in a table: nothing is pinned */
       .reg_by_address = 1,
   };
-  size_t n = props->struct_size < sizeof full ? props->struct_size
-                                              : sizeof full;
-  memcpy(props, &full, n);
+  mep__tp_props_put(props, &full);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "entry.h"
 #include "verbs.h"
 
 const mep_tp_cfg_key_t mep__verbs_keys[MEP_VERBS_NKEYS] = {
@@ -108,13 +109,8 @@ static int cross_check(const mep_tp_env_t *env, const verbs_cfg_t *c) {
 }
 
 int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *c) {
-  if (env->struct_size <
-          offsetof(mep_tp_env_t, cfg_str) + sizeof env->cfg_str ||
-      !env->cfg_int || !env->cfg_range || !env->cfg_str) {
-    env->set_error("verbs: this libmep is older than transport ABI 1.3 "
-                   "(typed configuration reads); rebuild verbs against it");
-    return MEP_ERR_ABI;
-  }
+  int rc = mep__tp_env_typed(env, "verbs");
+  if (rc) return rc;
   memset(c, 0, sizeof *c);
   static const int mtus[] = {0, IBV_MTU_256, IBV_MTU_512, IBV_MTU_1024,
                              IBV_MTU_2048, IBV_MTU_4096};
@@ -127,12 +123,10 @@ int mep__verbs_cfg_read(const mep_tp_env_t *env, verbs_cfg_t *c) {
            {"retry_count", 0},  {"traffic_class", 0}, {"service_level", 0},
            {"gpu_memory", 0},   {"inflight_bytes", 0},
            {"fuse_signals", 0}};
-  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-    int rc = env->cfg_int(env, k[i].key, &k[i].v);
-    if (rc) return rc;
-  }
+  for (size_t i = 0; i < sizeof k / sizeof k[0] && !rc; i++)
+    rc = env->cfg_int(env, k[i].key, &k[i].v);
   int64_t lo, hi;
-  int rc = env->cfg_range(env, "port_range", &lo, &hi);
+  if (!rc) rc = env->cfg_range(env, "port_range", &lo, &hi);
   if (!rc) rc = copy_str(env, "device", c->device, sizeof c->device);
   if (!rc)
     rc = copy_str(env, "bootstrap_ifname", c->boot_ifname,

@@ -11,33 +11,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "entry.h"
 #include "verbs.h"
 
 #define VERBS_DEFAULT_TIMEOUT_MS 30000
-
-static int env_ok(const mep_tp_env_t *env) {
-  return env && env->struct_size >= offsetof(mep_tp_env_t, set_error) +
-                                        sizeof env->set_error &&
-         env->log && env->set_error;
-}
-
-/* Random, so that a replacement of a rank (same rank, same secret) is told
- * from the process it replaces; never 0. */
-static uint64_t new_incarnation(const void *salt) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
-        ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)salt;
-    v *= 0x9e3779b97f4a7c15ull;
-  }
-  return v ? v : 1;
-}
 
 static int watch(verbs_ctx_t *ctx, int fd, verbs_src_t *src, int kind) {
   src->kind = kind;
@@ -155,7 +134,7 @@ static int verbs_fini(mep_tp_ctx_t *ctxp) {
 }
 
 static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
-  if (!out || !env_ok(env)) return MEP_ERR_INVALID;
+  if (!out || !mep__tp_env_ok(env)) return MEP_ERR_INVALID;
   if (env->rank < 0 || env->size <= 0 || env->rank >= env->size) {
     env->set_error("verbs: init: rank %d in a group of %d", env->rank,
                    env->size);
@@ -178,7 +157,7 @@ static int verbs_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   ctx->timeout_ms = env->timeout_ms > 0 ? env->timeout_ms
                                         : VERBS_DEFAULT_TIMEOUT_MS;
   ctx->epfd = ctx->cqfd = -1;
-  ctx->inc = new_incarnation(ctx);
+  ctx->inc = mep__tp_incarnation(ctx);
   pthread_mutex_init(&ctx->poll_mu, NULL);
   pthread_mutex_init(&ctx->mu, NULL);
   pthread_mutex_init(&ctx->cq_mu, NULL);
@@ -222,7 +201,6 @@ static int verbs_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
   /* software devices (rxe, siw) as measured in docs/perf.md; a NIC by
    * its link rate */
   mep_tp_props_t full = {
-      .struct_size = props->struct_size,
       .mem_kinds = MEP_TP_MEM_HOST |
                    (ctx->gpu.mode != VERBS_GPU_NONE ? MEP_TP_MEM_CUDA : 0),
       .dev_kind = MEP_DEV_NONE,
@@ -232,9 +210,7 @@ static int verbs_props(mep_tp_ctx_t *ctxp, mep_tp_props_t *props) {
       .bandwidth_gbps = ctx->dev.software ? 1.0 : ctx->dev.gbps,
       .event_fd = ctx->epfd,
   };
-  size_t n = props->struct_size < sizeof full ? props->struct_size
-                                              : sizeof full;
-  memcpy(props, &full, n);
+  mep__tp_props_put(props, &full);
   return 0;
 }
 

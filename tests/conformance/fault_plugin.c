@@ -25,7 +25,11 @@
  *   descover  as desc, but the peer part is written whole even into too
  *             little room
  *   cudaonly  props says CUDA memory only (the suite must pick CUDA memory
- *             for it, and skip where there is none) */
+ *             for it, and skip where there is none)
+ *   propsall  props fills the whole struct it was built with, whatever
+ *             struct_size the core says
+ *   oldenv    init calls a typed configuration read (ABI 1.3) without
+ *             checking that the env's struct_size reaches it */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -53,6 +57,8 @@ typedef enum {
   F_DESCSIZE,
   F_DESCOVER,
   F_CUDAONLY,
+  F_PROPSALL,
+  F_OLDENV,
 } fault_t;
 
 static const mep_transport_t *inner;
@@ -78,6 +84,7 @@ static fault_t parse_fault(const char *s) {
       {"latefail", F_LATEFAIL}, {"norecon", F_NORECON},
       {"desc", F_DESC},       {"descsize", F_DESCSIZE},
       {"descover", F_DESCOVER}, {"cudaonly", F_CUDAONLY},
+      {"propsall", F_PROPSALL}, {"oldenv", F_OLDENV},
   };
   for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) return names[i].f;
@@ -107,6 +114,7 @@ static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
   env_of_fault = env;
   fault = parse_fault(getenv("MEP_FAULT"));
   my_rank = env->rank;
+  if (fault == F_OLDENV && env->cfg_str) (void)env->cfg_str(env, "enable");
   if (fault == F_LEAKFD && open("/dev/null", O_RDONLY) < 0)
     return MEP_ERR_SYSTEM;
   if (fault == F_LEAKMEM) {
@@ -119,8 +127,7 @@ static int f_init(const mep_tp_env_t *env, mep_tp_ctx_t **ctx) {
   static mep_tp_env_t inner_env;
   inner_env = *env;
   if (env->struct_size >= sizeof inner_env &&
-      inner->struct_size >= offsetof(mep_transport_t, config_nkeys) +
-                                sizeof inner->config_nkeys) {
+      MEP_TP_HAS(inner, mep_transport_t, config_nkeys)) {
     inner_env.cfg_keys = inner->config_keys;
     inner_env.cfg_nkeys = inner->config_nkeys;
   }
@@ -132,6 +139,12 @@ static int desc_fault(void) {
 }
 
 static int f_props(mep_tp_ctx_t *ctx, mep_tp_props_t *p) {
+  if (fault == F_PROPSALL) {
+    mep_tp_props_t full = {.struct_size = sizeof full};
+    int rc = inner->props(ctx, &full);
+    if (rc == 0) memcpy(p, &full, sizeof full);
+    return rc;
+  }
   int rc = inner->props(ctx, p);
   if (rc) return rc;
   if (desc_fault()) p->dev_kind = MEP_DEV_PTR;

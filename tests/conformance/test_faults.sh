@@ -32,6 +32,11 @@ check() {
 }
 
 check none write-sizes 0 '^PASS write-sizes$'
+check none abi 0 '^PASS abi$'
+check propsall abi 1 \
+  '^FAIL abi: props wrote byte [0-9]+ of a struct whose struct_size is [0-9]+ \(a core of ABI 1.4'
+check oldenv abi 1 \
+  '^FAIL abi: init called a typed configuration read \(ABI 1.3\) of an env whose struct_size'
 check none signal-order 0 '^PASS signal-order$'
 check none peer-killed 0 '^PASS peer-killed$'
 check corrupt write-sizes 1 \

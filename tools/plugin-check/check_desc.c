@@ -120,12 +120,12 @@ static void try_base(pc_sess_t *s, const pc_region_t *mine,
 
 static void require_functions(const mep_transport_t *tp, int kind) {
   if (!tp->device_descriptor ||
-      !PC_VT_HAS(tp, device_region) || !tp->device_region)
+      !MEP_TP_HAS(tp, mep_transport_t, device_region) || !tp->device_region)
     pc_fail("props: dev_kind is %d but device_descriptor or device_region "
             "is missing (see the abi check)",
             kind);
   if (kind == MEP_DEV_MLX5 &&
-      (!PC_VT_HAS(tp, device_local) || !tp->device_local))
+      (!MEP_TP_HAS(tp, mep_transport_t, device_local) || !tp->device_local))
     pc_fail("props: dev_kind is MEP_DEV_MLX5 but device_local is missing "
             "(see the abi check)");
 }

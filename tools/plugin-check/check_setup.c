@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,18 +77,18 @@ static void check_dev_kind(const mep_transport_t *tp, mep_dev_kind_t kind) {
   if (!tp->device_descriptor)
     pc_fail("props: dev_kind is %d but device_descriptor is NULL",
             (int)kind);
-  if (!PC_VT_HAS(tp, device_region))
+  if (!MEP_TP_HAS(tp, mep_transport_t, device_region))
     pc_fail("props: dev_kind is %d but the vtable (struct_size %u, ABI "
             "%u.%u) ends before device_region (ABI 1.3): a core of ABI 1.3 "
             "cannot give its kernels the plugin's regions",
             (int)kind, tp->struct_size, tp->abi_major, tp->abi_minor);
   if (!tp->device_region)
     pc_fail("props: dev_kind is %d but device_region is NULL", (int)kind);
-  if (kind == MEP_DEV_MLX5 && (!PC_VT_HAS(tp, device_local) ||
-                               !tp->device_local))
+  const int has_local = MEP_TP_HAS(tp, mep_transport_t, device_local);
+  if (kind == MEP_DEV_MLX5 && (!has_local || !tp->device_local))
     pc_fail("props: dev_kind is MEP_DEV_MLX5 but device_local (ABI 1.6) is "
             "%s: kernels could not name their own memory as a source",
-            PC_VT_HAS(tp, device_local) ? "NULL" : "past the vtable's end");
+            has_local ? "NULL" : "past the vtable's end");
 }
 
 static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
@@ -124,6 +125,104 @@ static void check_props(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
           p.event_fd);
 }
 
+/* A core built against the transport.h of ABI 1.0 to 1.4 passes props
+ * that end before reg_by_address: props fills what fits, no more. */
+static void check_props_older_core(const pc_worker_t *w, mep_tp_ctx_t *ctx) {
+  mep_tp_props_t p;
+  const uint32_t size = offsetof(mep_tp_props_t, reg_by_address);
+  memset(&p, 0xa5, sizeof p);
+  p.struct_size = size;
+  pc_call_begin("props");
+  int rc = w->tp->props(ctx, &p);
+  pc_call_end();
+  if (rc != 0)
+    pc_fail("props failed for a struct of %u bytes (a core of ABI 1.4): %s",
+            size, pc_err(rc));
+  for (size_t i = size; i < sizeof p; i++)
+    if (((const unsigned char *)&p)[i] != 0xa5)
+      pc_fail("props wrote byte %zu of a struct whose struct_size is %u "
+              "(a core of ABI 1.4 has nothing there)", i, size);
+  if (p.struct_size != size)
+    pc_fail("props changed struct_size from %u to %u", size, p.struct_size);
+}
+
+/* Called where a plugin reads a field an ABI 1.2 core's env lacks. */
+static void past_the_env(void) {
+  pc_fail("init called a typed configuration read (ABI 1.3) of an env "
+          "whose struct_size (%zu bytes) ends before it: a core of ABI "
+          "1.2 has no such function (check with MEP_TP_HAS)",
+          offsetof(mep_tp_env_t, cfg_keys));
+}
+static int past_int(const mep_tp_env_t *e, const char *k, int64_t *v) {
+  (void)e, (void)k, (void)v;
+  past_the_env();
+  return MEP_ERR_INVALID;
+}
+static int past_range(const mep_tp_env_t *e, const char *k, int64_t *lo,
+                      int64_t *hi) {
+  (void)e, (void)k, (void)lo, (void)hi;
+  past_the_env();
+  return MEP_ERR_INVALID;
+}
+static const char *past_str(const mep_tp_env_t *e, const char *k) {
+  (void)e, (void)k;
+  past_the_env();
+  return NULL;
+}
+
+/* set_error of the older core's env: notes that init said why, and
+ * passes the message on to libmep's. */
+static int said_why;
+static void (*core_set_error)(const char *fmt, ...);
+static void note_set_error(const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  said_why = 1;
+  core_set_error("%s", msg);
+}
+
+/* init with the env of a core of ABI 1.2, whose struct ends before the
+ * typed reads (the fields past it hold functions that fail the check):
+ * the plugin works without them (shm parses cfg_get itself), or refuses
+ * with MEP_ERR_ABI and says why. */
+static void check_init_older_core(const pc_worker_t *w,
+                                  const mep_tp_env_t *full) {
+  mep_tp_env_t env = *full;
+  env.struct_size = offsetof(mep_tp_env_t, cfg_keys);
+  env.cfg_keys = NULL;
+  env.cfg_nkeys = 0;
+  env.cfg_int = past_int;
+  env.cfg_range = past_range;
+  env.cfg_str = past_str;
+  core_set_error = full->set_error;
+  env.set_error = note_set_error;
+  said_why = 0;
+  mep_tp_ctx_t *ctx = NULL;
+  pc_call_begin("init");
+  int rc = w->tp->init(&env, &ctx);
+  pc_call_end();
+  if (rc == MEP_ERR_ABI) {
+    if (!said_why)
+      pc_fail("init refused a core of ABI 1.2 (MEP_ERR_ABI) without a "
+              "message (env->set_error)");
+    pc_info("init with a core of ABI 1.2: %s", pc_err(rc));
+    return;
+  }
+  if (rc == MEP_ERR_UNAVAILABLE) return; /* as with the full env */
+  if (rc != 0)
+    pc_fail("init with a core of ABI 1.2 returned %s; want 0 or MEP_ERR_ABI",
+            pc_err(rc));
+  pc_info("init with a core of ABI 1.2: 0 (the plugin works without the "
+          "typed reads)");
+  pc_call_begin("fini");
+  rc = w->tp->fini(ctx);
+  pc_call_end();
+  if (rc != 0) pc_fail("fini failed: %s", pc_err(rc));
+}
+
 void pc_check_abi(pc_worker_t *w) {
   check_vtable(w);
   mep_tp_env_t env;
@@ -144,10 +243,12 @@ void pc_check_abi(pc_worker_t *w) {
             pc_err(rc));
   if (rc != 0) pc_fail("init failed: %s", pc_err(rc));
   check_props(w, ctx);
+  check_props_older_core(w, ctx);
   pc_call_begin("fini");
   rc = w->tp->fini(ctx);
   pc_call_end();
   if (rc != 0) pc_fail("fini failed: %s", pc_err(rc));
+  check_init_older_core(w, &env);
   mep_plugin_env_fini(&env);
 }
 

@@ -5,7 +5,8 @@
 
 /* nranks, kills_peer, registers: see pc_check_t. */
 const pc_check_t pc_checks[] = {
-    {"abi", "the vtable: version, size, name, mandatory functions; props",
+    {"abi", "the vtable: version, size, name, mandatory functions; props, "
+     "also for an older core; init with an ABI 1.2 core's env",
      1, 0, 0, pc_check_abi},
     {"config-keys", "declared config keys: defaults read back, init with "
      "them (ABI 1.3)",

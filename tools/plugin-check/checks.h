@@ -8,12 +8,6 @@
 
 #include "worker.h"
 
-/* 1 when the plugin's vtable is long enough to hold `field` (fields
- * appended by later ABI minors). */
-#define PC_VT_HAS(tp, field)                                            \
-  ((tp)->struct_size >=                                                 \
-   offsetof(mep_transport_t, field) + sizeof((tp)->field))
-
 typedef struct pc_check {
   const char *name;
   const char *what; /* one line, for --list */

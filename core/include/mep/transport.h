@@ -70,6 +70,14 @@ extern "C" {
 /* Token of a completion that no operation asked for (a peer failed). */
 #define MEP_TP_TOKEN_NONE UINT64_MAX
 
+/* Whether *p, a struct of `type` whose struct_size its maker set, reaches
+ * `field`: one made against an older header ends before the fields added
+ * since. A plugin reads a field of the core's mep_tp_env_t, and writes one
+ * of its mep_tp_props_t, only where this holds:
+ *   if (MEP_TP_HAS(env, mep_tp_env_t, cfg_str)) ... (ABI 1.3 and later) */
+#define MEP_TP_HAS(p, type, field)                                            \
+  ((p)->struct_size >= offsetof(type, field) + sizeof((p)->field))
+
 /* ------------------------------------------- configuration keys (1.3)
  * A plugin declares the keys of its [<name>] section in a table
  * (mep_transport_t.config_keys). The core checks the section and the

@@ -43,9 +43,8 @@ const mep_tp_cfg_key_t shm_config_keys[SHM_NKEYS] = {
  * one hands over the raw text. 1: *v read; 0: unset; -1: not a number. */
 static int read_key(const mep_tp_env_t *env, uint64_t *v, const char **s,
                     int *core_rc) {
-  int typed = env->struct_size >= offsetof(mep_tp_env_t, cfg_str) +
-                                      sizeof env->cfg_str &&
-              env->cfg_int && env->cfg_keys;
+  int typed = MEP_TP_HAS(env, mep_tp_env_t, cfg_str) && env->cfg_int &&
+              env->cfg_keys;
   *core_rc = 0;
   if (typed) {
     int64_t x = 0;

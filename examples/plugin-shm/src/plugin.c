@@ -68,11 +68,6 @@ shm_ep_t *shm_ep_of(mep_tp_ep_t *p) {
   return ep && ep->tag == SHM_TAG_EP ? ep : NULL;
 }
 
-static int env_usable(const mep_tp_env_t *env) {
-  return env->struct_size >= offsetof(mep_tp_env_t, set_error) +
-                                 sizeof(env->set_error);
-}
-
 /* Fills the identity published in the address blob. */
 static int make_self(shm_ctx_t *ctx, const mep_tp_env_t *env) {
   shm_addr_t *a = &ctx->self;
@@ -124,7 +119,7 @@ static int check_env(const mep_tp_env_t *env, uint64_t *ring_bytes) {
 int shm_init(const mep_tp_env_t *env, mep_tp_ctx_t **out) {
   if (!env || !out) return MEP_ERR_INVALID;
   *out = NULL;
-  if (!env_usable(env)) return MEP_ERR_ABI;
+  if (!MEP_TP_HAS(env, mep_tp_env_t, set_error)) return MEP_ERR_ABI;
   uint64_t ring_bytes;
   int rc = check_env(env, &ring_bytes);
   if (rc < 0) return rc;
@@ -196,8 +191,7 @@ int shm_fini(mep_tp_ctx_t *p) {
   return 0;
 }
 
-#define PROPS_FITS(p, field)                                                  \
-  ((p)->struct_size >= offsetof(mep_tp_props_t, field) + sizeof((p)->field))
+#define PROPS_FITS(p, field) MEP_TP_HAS(p, mep_tp_props_t, field)
 
 int shm_props(mep_tp_ctx_t *p, mep_tp_props_t *props) {
   shm_ctx_t *ctx = shm_ctx_of(p);
